@@ -1,0 +1,2 @@
+//! The `brindle` CNI plugin's library. See `cni/README.md`.
+#![forbid(unsafe_code)]

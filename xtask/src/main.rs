@@ -1,0 +1,270 @@
+//! The project's commands, so that a fresh Debian 12 machine needs nothing but
+//! `cargo xtask <command>` as root:
+//!
+//! - `lab [down]`: the local lab (see README).
+//! - `test`: install what the tests need, then fmt, clippy, every test
+//!   (unit, integration, root-only, doc) and a bounded run of every fuzz target.
+//! - `bench`: the long benchmarks (criterion), not part of `test`.
+//! - `fuzz [SECONDS]`: only the fuzz targets.
+//! - `deps`: only the installation step.
+#![forbid(unsafe_code)]
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+/// Debian packages the tests and the lab need. One list, so that CI on a
+/// fresh machine installs exactly what a developer's run uses.
+const APT_PACKAGES: &[&str] = &[
+    // netns, veth, ping, captures
+    "iproute2",
+    "iputils-ping",
+    "tcpdump",
+    "ethtool",
+    "procps",
+    "psmisc",
+    "socat",
+    // the XDP steering program is compiled with clang at build time
+    "clang",
+    "llvm",
+    "libbpf-dev",
+    "bpftool",
+    // etcd-client's build compiles etcd's protobufs
+    "protobuf-compiler",
+    "libprotobuf-dev",
+    // real peers and servers for the interop tests
+    "bird2",
+    "gobgpd",
+    "etcd-server",
+    "etcd-client",
+    // reference CNI plugins (tuning, bandwidth, portmap, host-local)
+    "containernetworking-plugins",
+    // portmap and Calico-style rule sets
+    "iptables",
+];
+
+/// How long each fuzz target runs inside `cargo xtask test`.
+const FUZZ_SECONDS_IN_TEST: u32 = 20;
+
+fn main() -> Result<()> {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let root = workspace_root()?;
+    env::set_current_dir(&root)?;
+    match args.first().map(String::as_str) {
+        Some("test") => test(&args[1..]),
+        Some("lab") => lab(&args[1..]),
+        Some("bench") => bench(&args[1..]),
+        Some("fuzz") => {
+            let secs = args.get(1).map(|s| s.parse()).transpose()?;
+            fuzz(secs.unwrap_or(FUZZ_SECONDS_IN_TEST))
+        }
+        Some("deps") => install_deps(),
+        _ => {
+            eprintln!(
+                "usage: cargo xtask <lab [down] | test | bench | fuzz [SECONDS] | deps>\n\
+                 \n  lab    run the local lab (until the lab lands: the forwarding demo)\
+                 \n  test   install what the tests need, then run every check and test\
+                 \n  bench  run the benchmarks (long)\
+                 \n  fuzz   run every fuzz target for SECONDS each (default {FUZZ_SECONDS_IN_TEST})\
+                 \n  deps   install the Debian packages and kernel settings only"
+            );
+            bail!("no command given")
+        }
+    }
+}
+
+fn workspace_root() -> Result<PathBuf> {
+    let manifest = env::var("CARGO_MANIFEST_DIR").context("run through `cargo xtask`")?;
+    Ok(Path::new(&manifest)
+        .parent()
+        .context("xtask lives in the workspace")?
+        .to_path_buf())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// Runs a command, echoing it; fails with its exit status.
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("+ {cmd:?}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn step(name: &str) {
+    eprintln!("\n==== {name} ====");
+}
+
+fn install_deps() -> Result<()> {
+    step("install Debian packages and kernel settings");
+    if !is_root() {
+        eprintln!("not root: skipping package installation and kernel settings");
+        return Ok(());
+    }
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+                .unwrap_or(false)
+        })
+        .collect();
+    if missing.is_empty() {
+        eprintln!("all {} packages present", APT_PACKAGES.len());
+    } else {
+        eprintln!("installing: {}", missing.join(" "));
+        run(Command::new("apt-get").args(["update", "-q"]))?;
+        run(Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    // Debian starts these daemons on install; the tests start their own
+    // instances in namespaces, so the system-wide ones are only in the way.
+    for unit in ["bird", "gobgpd", "etcd"] {
+        let _ = Command::new("systemctl")
+            .args(["disable", "--now", unit])
+            .output();
+    }
+    let mounted = std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(2) == Some("bpf"));
+    if !mounted {
+        std::fs::create_dir_all("/sys/fs/bpf")?;
+        run(Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"]))?;
+    }
+    if Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        run(cargo().args(["install", "cargo-fuzz", "--locked"]))?;
+    }
+    Ok(())
+}
+
+fn test(args: &[String]) -> Result<()> {
+    let started = Instant::now();
+    let quick = args.iter().any(|a| a == "--no-fuzz");
+    install_deps()?;
+    step("rustfmt");
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    step("clippy");
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    step("tests (unit, integration, benches in test mode)");
+    let mut t = cargo();
+    t.args(["test", "--workspace", "--all-targets", "--"]);
+    if is_root() {
+        // Root-only tests are `#[ignore = "requires root ..."]` so that a plain
+        // `cargo test` as a user stays green; as root we run them all.
+        t.arg("--include-ignored");
+    } else {
+        eprintln!("not root: tests that need network namespaces are skipped");
+    }
+    run(&mut t)?;
+    step("doc tests");
+    run(cargo().args(["test", "--workspace", "--doc"]))?;
+    if !quick {
+        fuzz(FUZZ_SECONDS_IN_TEST)?;
+    }
+    eprintln!(
+        "\nall checks passed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Every `*/fuzz` crate of the workspace, each with its targets.
+fn fuzz_crates() -> Result<Vec<(PathBuf, Vec<String>)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(".")? {
+        let dir = entry?.path().join("fuzz");
+        let targets_dir = dir.join("fuzz_targets");
+        if !targets_dir.is_dir() {
+            continue;
+        }
+        let mut targets: Vec<String> = std::fs::read_dir(&targets_dir)?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let p = e.path();
+                let stem = p.file_stem()?.to_string_lossy().into_owned();
+                (p.extension()? == "rs").then_some(stem)
+            })
+            .collect();
+        targets.sort();
+        out.push((dir, targets));
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn fuzz(seconds: u32) -> Result<()> {
+    step(&format!("fuzz targets, {seconds} s each"));
+    for (dir, targets) in fuzz_crates()? {
+        let crate_dir = dir.parent().context("fuzz dir has a parent")?;
+        for target in targets {
+            let corpus = dir.join("corpus").join(&target);
+            std::fs::create_dir_all(&corpus)?;
+            // cargo-fuzz needs nightly flags; the machine has one stable
+            // toolchain, which accepts them with RUSTC_BOOTSTRAP.
+            run(cargo()
+                .current_dir(crate_dir)
+                .env("RUSTC_BOOTSTRAP", "1")
+                .args(["fuzz", "run", "--sanitizer", "none", &target])
+                .arg(&corpus)
+                .arg("--")
+                .arg(format!("-max_total_time={seconds}"))
+                .arg("-rss_limit_mb=2048"))?;
+        }
+    }
+    Ok(())
+}
+
+fn bench(args: &[String]) -> Result<()> {
+    step("criterion benchmarks");
+    run(cargo().args(["bench", "--workspace"]).args(args))
+}
+
+fn lab(args: &[String]) -> Result<()> {
+    if args.first().map(String::as_str) == Some("down") {
+        step("lab down");
+        eprintln!("the forwarding demo leaves nothing running: nothing to remove");
+        return Ok(());
+    }
+    install_deps()?;
+    step("build (release)");
+    run(cargo().args(["build", "--release", "-p", "brindle-vrouter"]))?;
+    step("forwarding demo: the vrouter pipeline on in-memory ports");
+    run(Command::new("target/release/brindle-vrouter")
+        .arg("demo")
+        .args(args))
+}
