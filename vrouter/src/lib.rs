@@ -15,7 +15,11 @@
 //! `cargo bench -p brindle-vrouter`. See `vrouter/README.md`.
 #![forbid(unsafe_code)]
 
+pub mod counters;
+pub mod endpoint;
 pub mod frame;
+pub mod neigh;
+pub mod port;
 
 pub use brindle_fib as fib;
 pub use brindle_wire as wire;
