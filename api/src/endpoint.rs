@@ -101,8 +101,8 @@ pub enum EndpointRequest {
     /// vrouter (port on the host veth, /32 route to it). Replaces a record
     /// with the same key. Answer: the stored [`Endpoint`].
     AddEndpoint {
-        /// The endpoint.
-        endpoint: Endpoint,
+        /// The endpoint (boxed: it is much larger than the other requests).
+        endpoint: Box<Endpoint>,
     },
     /// DEL: forget the endpoint and unprogram it. Answer: [`Deleted`]; an
     /// unknown key is `existed: false`, not an error.
@@ -217,7 +217,7 @@ mod tests {
             mtu: 1480,
         };
         let req = EndpointRequest::AddEndpoint {
-            endpoint: ep.clone(),
+            endpoint: Box::new(ep.clone()),
         };
         let line = serde_json::to_string(&req).unwrap();
         assert!(line.starts_with(r#"{"op":"add_endpoint","endpoint":"#));
