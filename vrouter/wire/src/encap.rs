@@ -1,0 +1,276 @@
+//! Outer headers for IPIP (IPv4 protocol 4, RFC 2003) and VXLAN (RFC 7348),
+//! written in place in front of a payload that is already in the frame.
+//!
+//! The vrouter never copies a packet to encapsulate it: the frame's start
+//! moves back into the headroom the port leaves in every buffer, and the
+//! outer header is written into the bytes that opens up. So the emitters
+//! here take the whole new frame, header bytes first, payload already in
+//! place behind them, and fill lengths and checksums last, once the payload
+//! length is fixed (write in place, then finalize).
+//!
+//! Frame layouts:
+//!
+//! ```text
+//! IPIP : | outer Ethernet 14 | outer IPv4 20 | inner IPv4 packet ...
+//!          (the inner Ethernet header is dropped: the frame grows by 20)
+//! VXLAN: | outer Ethernet 14 | outer IPv4 20 | UDP 8 | VXLAN 8 | inner Ethernet frame ...
+//!          (the frame grows by 50)
+//! ```
+//!
+//! Decapsulation is the reverse: [`ipip_inner_offset`] and
+//! [`vxlan_inner`] say where the inner packet starts, and the pipeline
+//! moves the frame's start forward (and, for IPIP, writes a new Ethernet
+//! header into the 14 bytes before the inner IPv4 header).
+
+use std::net::Ipv4Addr;
+
+use crate::error::{Error, Result};
+use crate::ethernet::{self, EtherType, MacAddr};
+use crate::ip::IpProtocol;
+use crate::ipv4;
+use crate::udp::{self, UdpChecksum};
+use crate::vxlan;
+
+/// Bytes in front of the inner IPv4 packet of an IPIP frame.
+pub const IPIP_HEADER_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
+/// How much an IPIP-encapsulated frame is longer than the original
+/// Ethernet frame (outer IPv4 added, inner Ethernet header replaced).
+pub const IPIP_GROWTH: usize = ipv4::HEADER_LEN;
+/// Bytes in front of the inner Ethernet frame of a VXLAN frame.
+pub const VXLAN_HEADER_LEN: usize =
+    ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN + vxlan::HEADER_LEN;
+/// How much a VXLAN-encapsulated frame is longer than the original.
+pub const VXLAN_GROWTH: usize = VXLAN_HEADER_LEN;
+
+/// Offsets of the outer headers in an encapsulated frame.
+pub mod offset {
+    /// The outer IPv4 header.
+    pub const OUTER_IPV4: usize = 14;
+    /// The UDP header of a VXLAN frame.
+    pub const UDP: usize = 34;
+    /// The VXLAN header.
+    pub const VXLAN: usize = 42;
+    /// The inner frame of a VXLAN frame.
+    pub const VXLAN_INNER: usize = 50;
+    /// The inner IPv4 packet of an IPIP frame.
+    pub const IPIP_INNER: usize = 34;
+}
+
+/// The outer Ethernet and IPv4 fields of a tunnel to one remote node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OuterHeader {
+    /// Our uplink MAC.
+    pub src_mac: MacAddr,
+    /// The underlay next hop's MAC (from the neighbour table).
+    pub dst_mac: MacAddr,
+    /// This node's address.
+    pub src_addr: Ipv4Addr,
+    /// The remote node's address.
+    pub dst_addr: Ipv4Addr,
+    /// Outer TTL (Linux: 64 for VXLAN; IPIP inherits the inner TTL by
+    /// default, which the caller does by setting this per packet).
+    pub ttl: u8,
+    /// Outer DSCP/ECN byte before ECN propagation (see [`outer_tos`]).
+    pub tos: u8,
+    /// Set DF on the outer header (Linux: IPIP yes, VXLAN no by default).
+    pub dont_frag: bool,
+}
+
+/// The outer TOS byte for an inner packet whose TOS is `inner_tos`, as
+/// Linux computes it (`INET_ECN_encapsulate`, RFC 6040 normal mode): the
+/// configured DSCP, and the inner ECN bits copied except that CE becomes
+/// ECT(0).
+#[inline]
+pub fn outer_tos(configured: u8, inner_tos: u8) -> u8 {
+    let ecn = inner_tos & 0x03;
+    let ecn = if ecn == 0x03 { 0x02 } else { ecn };
+    (configured & !0x03) | ecn
+}
+
+/// The UDP source port for a flow hash, in `[min, max)`, as Linux's
+/// `udp_flow_src_port` picks it (so ECMP in the underlay spreads flows):
+/// the hash is folded with itself shifted, then scaled into the range.
+#[inline]
+pub fn flow_source_port(hash: u32, min: u16, max: u16) -> u16 {
+    let hash = hash ^ (hash << 16);
+    let span = u64::from(max.saturating_sub(min));
+    ((u64::from(hash) * span) >> 32) as u16 + min
+}
+
+/// Linux's default VXLAN source port range: the local port range
+/// (`net.ipv4.ip_local_port_range`, 32768 60999).
+pub const VXLAN_SRC_PORT_RANGE: (u16, u16) = (32768, 60999);
+
+fn emit_outer(
+    outer: &OuterHeader,
+    frame: &mut [u8],
+    protocol: IpProtocol,
+    ip_payload_len: usize,
+    ident: u16,
+) -> Result<()> {
+    let eth = ethernet::EthernetRepr {
+        src_addr: outer.src_mac,
+        dst_addr: outer.dst_mac,
+        vlan: None,
+        ethertype: EtherType::Ipv4,
+    };
+    eth.emit(&mut ethernet::Frame::new_unchecked(&mut *frame))?;
+    let ip = ipv4::Ipv4Repr {
+        src_addr: outer.src_addr,
+        dst_addr: outer.dst_addr,
+        protocol,
+        payload_len: ip_payload_len,
+        ttl: outer.ttl,
+        tos: outer.tos,
+        ident,
+        dont_frag: outer.dont_frag,
+        more_frags: false,
+        frag_offset: 0,
+    };
+    ip.emit(&mut ipv4::Packet::new_unchecked(
+        &mut frame[offset::OUTER_IPV4..],
+    ))
+}
+
+/// An IPIP tunnel to one remote node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IpipEncap {
+    /// Outer Ethernet and IPv4 fields.
+    pub outer: OuterHeader,
+}
+
+impl IpipEncap {
+    /// Writes the outer Ethernet and IPv4 headers into `frame[..34]`, in
+    /// front of the inner IPv4 packet at `frame[34..]`, which fills the
+    /// rest of the slice. `ident` is the outer IP ID.
+    pub fn emit(&self, frame: &mut [u8], ident: u16) -> Result<()> {
+        if frame.len() < IPIP_HEADER_LEN {
+            return Err(Error::BufferTooSmall);
+        }
+        let inner_len = frame.len() - IPIP_HEADER_LEN;
+        emit_outer(&self.outer, frame, IpProtocol::IpIp, inner_len, ident)
+    }
+}
+
+/// A VXLAN tunnel to one remote VTEP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct VxlanEncap {
+    /// Outer Ethernet and IPv4 fields.
+    pub outer: OuterHeader,
+    /// The VNI (Calico's default: 4096).
+    pub vni: u32,
+    /// The destination UDP port (4789).
+    pub dst_port: u16,
+    /// Whether to compute the outer UDP checksum (Linux: no, by default).
+    pub udp_checksum: UdpChecksum,
+}
+
+impl VxlanEncap {
+    /// Writes outer Ethernet, IPv4, UDP and VXLAN headers into
+    /// `frame[..50]`, in front of the inner Ethernet frame at `frame[50..]`,
+    /// which fills the rest of the slice. `ident` is the outer IP ID and
+    /// `src_port` the UDP source port (see [`flow_source_port`]).
+    pub fn emit(&self, frame: &mut [u8], ident: u16, src_port: u16) -> Result<()> {
+        if frame.len() < VXLAN_HEADER_LEN {
+            return Err(Error::BufferTooSmall);
+        }
+        let inner_len = frame.len() - VXLAN_HEADER_LEN;
+        vxlan::VxlanRepr { vni: self.vni }.emit(&mut vxlan::Packet::new_unchecked(
+            &mut frame[offset::VXLAN..],
+        ))?;
+        let udp_payload = vxlan::HEADER_LEN + inner_len;
+        udp::UdpRepr {
+            src_port,
+            dst_port: self.dst_port,
+            payload_len: udp_payload,
+        }
+        .emit(
+            &mut udp::Packet::new_unchecked(&mut frame[offset::UDP..]),
+            self.outer.src_addr,
+            self.outer.dst_addr,
+            self.udp_checksum,
+        )?;
+        emit_outer(
+            &self.outer,
+            frame,
+            IpProtocol::Udp,
+            udp::HEADER_LEN + udp_payload,
+            ident,
+        )
+    }
+}
+
+/// Where the inner IPv4 packet of an IPIP frame starts, if `frame` is an
+/// untagged Ethernet frame carrying a valid IPv4 header with protocol 4
+/// and at least a minimal inner header. Outer options are skipped.
+pub fn ipip_inner_offset(frame: &[u8]) -> Option<usize> {
+    let eth = ethernet::Frame::new_checked(frame).ok()?;
+    if eth.ethertype() != EtherType::Ipv4 {
+        return None;
+    }
+    let l3 = eth.header_len();
+    let ip = ipv4::Packet::new_checked(&frame[l3..]).ok()?;
+    if ip.protocol() != IpProtocol::IpIp || ip.is_fragment() {
+        return None;
+    }
+    let inner = l3 + ip.header_len();
+    if usize::from(ip.total_len()) < ip.header_len() + ipv4::HEADER_LEN {
+        return None;
+    }
+    Some(inner)
+}
+
+/// The outer facts of a VXLAN frame that decapsulation needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct VxlanDecap {
+    /// The VNI.
+    pub vni: u32,
+    /// The outer source address (the remote VTEP).
+    pub outer_src: Ipv4Addr,
+    /// The outer destination address (should be ours).
+    pub outer_dst: Ipv4Addr,
+    /// Offset of the inner Ethernet frame.
+    pub inner_offset: usize,
+    /// Length of the inner Ethernet frame (from the UDP length, so outer
+    /// Ethernet padding is not included).
+    pub inner_len: usize,
+}
+
+/// Parses the outer headers of a VXLAN frame: Ethernet (tag allowed),
+/// IPv4 (options skipped, not a fragment), UDP to `port`, VXLAN with the I
+/// flag, and an inner frame of at least an Ethernet header.
+pub fn vxlan_inner(frame: &[u8], port: u16) -> Option<VxlanDecap> {
+    let eth = ethernet::Frame::new_checked(frame).ok()?;
+    if eth.ethertype() != EtherType::Ipv4 {
+        return None;
+    }
+    let l3 = eth.header_len();
+    let ip = ipv4::Packet::new_checked(&frame[l3..]).ok()?;
+    if ip.protocol() != IpProtocol::Udp || ip.is_fragment() {
+        return None;
+    }
+    let l4 = l3 + ip.header_len();
+    let ip_end = l3 + usize::from(ip.total_len());
+    let udp = udp::Packet::new_checked(&frame[l4..ip_end]).ok()?;
+    if udp.dst_port() != port {
+        return None;
+    }
+    let vx_start = l4 + udp::HEADER_LEN;
+    let udp_end = l4 + usize::from(udp.len());
+    let vx = vxlan::Packet::new_checked(&frame[vx_start..udp_end]).ok()?;
+    if !vx.has_vni() {
+        return None;
+    }
+    let inner_offset = vx_start + vxlan::HEADER_LEN;
+    let inner_len = udp_end - inner_offset;
+    if inner_len < ethernet::HEADER_LEN {
+        return None;
+    }
+    Some(VxlanDecap {
+        vni: vx.vni(),
+        outer_src: ip.src_addr(),
+        outer_dst: ip.dst_addr(),
+        inner_offset,
+        inner_len,
+    })
+}
