@@ -1,0 +1,500 @@
+//! ICMP for IPv4 (RFC 792): echo, and the two errors a router sends.
+//!
+//! The vrouter generates ICMP only when it must drop: time exceeded (type
+//! 11, code 0) when a TTL runs out, and destination unreachable /
+//! fragmentation needed (type 3, code 4, with the next-hop MTU of RFC 1191)
+//! when a DF packet is larger than the egress MTU. Both quote the original
+//! IP header plus the first 8 bytes of its payload.
+//! [`emit_error_in_place`] rewrites the dropped frame into the error, so
+//! even this slow path needs no second buffer.
+
+use std::net::Ipv4Addr;
+
+use crate::checksum;
+use crate::error::{Error, Result};
+use crate::ethernet::{self, EtherType, MacAddr};
+use crate::ip::IpProtocol;
+use crate::ipv4;
+use crate::macros::enum_with_unknown;
+
+enum_with_unknown! {
+    /// ICMPv4 message type.
+    pub enum Message(u8) {
+        /// Echo reply (0).
+        EchoReply = 0,
+        /// Destination unreachable (3).
+        DstUnreachable = 3,
+        /// Redirect (5).
+        Redirect = 5,
+        /// Echo request (8).
+        EchoRequest = 8,
+        /// Time exceeded (11).
+        TimeExceeded = 11,
+        /// Parameter problem (12).
+        ParamProblem = 12,
+    }
+}
+
+impl Message {
+    /// Whether this type is an error message (which must never cause
+    /// another error, RFC 1812 §4.3.2.7).
+    pub fn is_error(self) -> bool {
+        matches!(
+            self,
+            Message::DstUnreachable
+                | Message::Redirect
+                | Message::TimeExceeded
+                | Message::ParamProblem
+                | Message::Unknown(4)
+        )
+    }
+}
+
+/// Code of destination unreachable: fragmentation needed and DF set.
+pub const CODE_FRAG_NEEDED: u8 = 4;
+/// Code of time exceeded: TTL exceeded in transit.
+pub const CODE_TTL_EXCEEDED: u8 = 0;
+
+/// Byte ranges of the header fields.
+pub mod field {
+    use core::ops::Range;
+
+    /// Message type.
+    pub const TYPE: usize = 0;
+    /// Code.
+    pub const CODE: usize = 1;
+    /// Checksum over the whole ICMP message.
+    pub const CHECKSUM: Range<usize> = 2..4;
+    /// Echo identifier.
+    pub const ECHO_IDENT: Range<usize> = 4..6;
+    /// Echo sequence number.
+    pub const ECHO_SEQNO: Range<usize> = 6..8;
+    /// Next-hop MTU of fragmentation needed (RFC 1191).
+    pub const NEXT_HOP_MTU: Range<usize> = 6..8;
+    /// The four bytes after the checksum, whatever the type.
+    pub const REST_OF_HEADER: Range<usize> = 4..8;
+}
+
+/// Length of the ICMP header.
+pub const HEADER_LEN: usize = 8;
+
+/// A view of an ICMPv4 message in a buffer (the IPv4 payload).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Wraps `buffer` without checking it.
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> Packet<T> {
+        Packet { buffer }
+    }
+
+    /// Wraps `buffer` after [`Packet::check_len`].
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
+        let p = Self::new_unchecked(buffer);
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// Checks that the buffer holds the 8-byte header.
+    #[inline]
+    pub fn check_len(&self) -> Result<()> {
+        if self.buffer.as_ref().len() < HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        Ok(())
+    }
+
+    /// The buffer back.
+    #[inline]
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    fn u16_at(&self, r: core::ops::Range<usize>) -> u16 {
+        let d = &self.buffer.as_ref()[r];
+        u16::from_be_bytes([d[0], d[1]])
+    }
+
+    /// Message type.
+    #[inline]
+    pub fn msg_type(&self) -> Message {
+        Message::from(self.buffer.as_ref()[field::TYPE])
+    }
+
+    /// Code.
+    #[inline]
+    pub fn msg_code(&self) -> u8 {
+        self.buffer.as_ref()[field::CODE]
+    }
+
+    /// Checksum as on the wire.
+    #[inline]
+    pub fn checksum(&self) -> u16 {
+        self.u16_at(field::CHECKSUM)
+    }
+
+    /// Echo identifier.
+    #[inline]
+    pub fn echo_ident(&self) -> u16 {
+        self.u16_at(field::ECHO_IDENT)
+    }
+
+    /// Echo sequence number.
+    #[inline]
+    pub fn echo_seq_no(&self) -> u16 {
+        self.u16_at(field::ECHO_SEQNO)
+    }
+
+    /// Next-hop MTU (meaningful for type 3 code 4).
+    #[inline]
+    pub fn next_hop_mtu(&self) -> u16 {
+        self.u16_at(field::NEXT_HOP_MTU)
+    }
+
+    /// Whether the checksum over the whole buffer verifies.
+    #[inline]
+    pub fn verify_checksum(&self) -> bool {
+        checksum::verifies(self.buffer.as_ref())
+    }
+}
+
+impl<'a, T: AsRef<[u8]> + ?Sized> Packet<&'a T> {
+    /// Everything after the 8-byte header (echo data, or the quote).
+    #[inline]
+    pub fn data(&self) -> &'a [u8] {
+        &self.buffer.as_ref()[HEADER_LEN..]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Sets the message type.
+    #[inline]
+    pub fn set_msg_type(&mut self, t: Message) {
+        self.buffer.as_mut()[field::TYPE] = u8::from(t);
+    }
+
+    /// Sets the code.
+    #[inline]
+    pub fn set_msg_code(&mut self, c: u8) {
+        self.buffer.as_mut()[field::CODE] = c;
+    }
+
+    /// Sets the checksum field.
+    #[inline]
+    pub fn set_checksum(&mut self, c: u16) {
+        self.buffer.as_mut()[field::CHECKSUM].copy_from_slice(&c.to_be_bytes());
+    }
+
+    /// Sets the echo identifier.
+    #[inline]
+    pub fn set_echo_ident(&mut self, v: u16) {
+        self.buffer.as_mut()[field::ECHO_IDENT].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// Sets the echo sequence number.
+    #[inline]
+    pub fn set_echo_seq_no(&mut self, v: u16) {
+        self.buffer.as_mut()[field::ECHO_SEQNO].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// Sets the 4 bytes after the checksum.
+    #[inline]
+    pub fn set_rest_of_header(&mut self, v: u32) {
+        self.buffer.as_mut()[field::REST_OF_HEADER].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// Computes the checksum over the whole buffer and writes it.
+    #[inline]
+    pub fn fill_checksum(&mut self) {
+        self.set_checksum(0);
+        let c = checksum::checksum(self.buffer.as_ref());
+        self.set_checksum(c);
+    }
+
+    /// Everything after the header, writable.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer.as_mut()[HEADER_LEN..]
+    }
+}
+
+/// An ICMPv4 message, as values. `data` is the echo payload or the quoted
+/// original datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Icmpv4Repr<'a> {
+    /// Echo request.
+    EchoRequest {
+        /// Identifier.
+        ident: u16,
+        /// Sequence number.
+        seq_no: u16,
+        /// Payload.
+        data: &'a [u8],
+    },
+    /// Echo reply.
+    EchoReply {
+        /// Identifier.
+        ident: u16,
+        /// Sequence number.
+        seq_no: u16,
+        /// Payload.
+        data: &'a [u8],
+    },
+    /// Destination unreachable.
+    DstUnreachable {
+        /// Code (4: fragmentation needed).
+        code: u8,
+        /// Next-hop MTU (RFC 1191; 0 for other codes).
+        next_hop_mtu: u16,
+        /// The original IP header and at least 8 bytes of its payload.
+        data: &'a [u8],
+    },
+    /// Time exceeded.
+    TimeExceeded {
+        /// Code (0: TTL exceeded in transit).
+        code: u8,
+        /// The original IP header and at least 8 bytes of its payload.
+        data: &'a [u8],
+    },
+    /// Any other type, kept as read.
+    Other {
+        /// Type.
+        msg_type: u8,
+        /// Code.
+        code: u8,
+        /// The 4 bytes after the checksum.
+        rest_of_header: u32,
+        /// The rest.
+        data: &'a [u8],
+    },
+}
+
+impl<'a> Icmpv4Repr<'a> {
+    /// Parses a message, verifying its checksum.
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(packet: &Packet<&'a T>) -> Result<Icmpv4Repr<'a>> {
+        packet.check_len()?;
+        if !packet.verify_checksum() {
+            return Err(Error::Checksum);
+        }
+        let data = packet.data();
+        Ok(match packet.msg_type() {
+            Message::EchoRequest => Icmpv4Repr::EchoRequest {
+                ident: packet.echo_ident(),
+                seq_no: packet.echo_seq_no(),
+                data,
+            },
+            Message::EchoReply => Icmpv4Repr::EchoReply {
+                ident: packet.echo_ident(),
+                seq_no: packet.echo_seq_no(),
+                data,
+            },
+            Message::DstUnreachable => Icmpv4Repr::DstUnreachable {
+                code: packet.msg_code(),
+                next_hop_mtu: packet.next_hop_mtu(),
+                data,
+            },
+            Message::TimeExceeded => Icmpv4Repr::TimeExceeded {
+                code: packet.msg_code(),
+                data,
+            },
+            other => {
+                let r = &packet.buffer.as_ref()[field::REST_OF_HEADER];
+                Icmpv4Repr::Other {
+                    msg_type: u8::from(other),
+                    code: packet.msg_code(),
+                    rest_of_header: u32::from_be_bytes([r[0], r[1], r[2], r[3]]),
+                    data,
+                }
+            }
+        })
+    }
+
+    fn data(&self) -> &'a [u8] {
+        match *self {
+            Icmpv4Repr::EchoRequest { data, .. }
+            | Icmpv4Repr::EchoReply { data, .. }
+            | Icmpv4Repr::DstUnreachable { data, .. }
+            | Icmpv4Repr::TimeExceeded { data, .. }
+            | Icmpv4Repr::Other { data, .. } => data,
+        }
+    }
+
+    /// Length of the message this emits: 8 plus the data.
+    pub fn buffer_len(&self) -> usize {
+        HEADER_LEN + self.data().len()
+    }
+
+    /// Writes the message and its checksum. The buffer must be exactly
+    /// [`Icmpv4Repr::buffer_len`] long or longer; only that much is written
+    /// and checksummed.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) -> Result<()> {
+        let len = self.buffer_len();
+        let buf = packet.buffer.as_mut();
+        if buf.len() < len {
+            return Err(Error::BufferTooSmall);
+        }
+        let mut p = Packet::new_unchecked(&mut buf[..len]);
+        let (t, code, rest) = match *self {
+            Icmpv4Repr::EchoRequest { ident, seq_no, .. } => (
+                Message::EchoRequest,
+                0,
+                (u32::from(ident) << 16) | u32::from(seq_no),
+            ),
+            Icmpv4Repr::EchoReply { ident, seq_no, .. } => (
+                Message::EchoReply,
+                0,
+                (u32::from(ident) << 16) | u32::from(seq_no),
+            ),
+            Icmpv4Repr::DstUnreachable {
+                code, next_hop_mtu, ..
+            } => (Message::DstUnreachable, code, u32::from(next_hop_mtu)),
+            Icmpv4Repr::TimeExceeded { code, .. } => (Message::TimeExceeded, code, 0),
+            Icmpv4Repr::Other {
+                msg_type,
+                code,
+                rest_of_header,
+                ..
+            } => (Message::from(msg_type), code, rest_of_header),
+        };
+        p.set_msg_type(t);
+        p.set_msg_code(code);
+        p.set_rest_of_header(rest);
+        p.data_mut().copy_from_slice(self.data());
+        p.fill_checksum();
+        Ok(())
+    }
+}
+
+/// Which error to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Icmpv4Error {
+    /// Time exceeded, TTL exceeded in transit (type 11, code 0).
+    TimeExceeded,
+    /// Destination unreachable, fragmentation needed and DF set (type 3,
+    /// code 4), with the MTU of the next hop.
+    FragmentationNeeded {
+        /// The egress MTU the packet did not fit.
+        next_hop_mtu: u16,
+    },
+}
+
+/// The addressing of an ICMP error the vrouter sends back to a sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ErrorHeader {
+    /// Source MAC of the new frame (ours on the port it leaves by).
+    pub src_mac: MacAddr,
+    /// Destination MAC (usually the source MAC of the dropped frame).
+    pub dst_mac: MacAddr,
+    /// Source IP: the router's address (on a pod port, 169.254.1.1 or the
+    /// node's address).
+    pub src_addr: Ipv4Addr,
+    /// TTL of the error (64).
+    pub ttl: u8,
+    /// IP identification of the error.
+    pub ident: u16,
+}
+
+/// Length of the headers in front of the quote in an error frame built by
+/// [`emit_error_in_place`]: Ethernet 14 + IPv4 20 + ICMP 8.
+pub const ERROR_HEADERS_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + HEADER_LEN;
+
+/// The largest quote: a 60-byte IPv4 header plus 8 bytes.
+pub const MAX_QUOTE_LEN: usize = 60 + 8;
+
+/// Whether the vrouter may answer this IPv4 packet with an ICMP error
+/// (RFC 1812 §4.3.2.7): not an ICMP error itself, not a non-first
+/// fragment, not to or from a broadcast, multicast or unspecified address.
+pub fn may_send_error_about<T: AsRef<[u8]>>(ip: &ipv4::Packet<T>) -> bool {
+    let src = ip.src_addr();
+    let dst = ip.dst_addr();
+    if src.is_unspecified()
+        || src.is_broadcast()
+        || src.is_multicast()
+        || dst.is_broadcast()
+        || dst.is_multicast()
+        || ip.frag_offset() != 0
+    {
+        return false;
+    }
+    if ip.protocol() == IpProtocol::Icmp {
+        let d = ip.as_ref();
+        let hl = ip.header_len();
+        // An ICMP packet too short to hold a type is not answered either.
+        match d.get(hl) {
+            Some(&t) if !Message::from(t).is_error() => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Rewrites the frame in `buf` into an ICMP error about the IPv4 packet
+/// that starts at `ip_offset`, and returns the new frame length.
+///
+/// `buf` is the frame from its first byte to the end of the space its
+/// buffer has (the UMEM chunk), not just the frame's length: the error may
+/// be longer than a short original. The quote (the original header, options
+/// included, plus up to 8 payload bytes, RFC 792) moves to offset 42 and
+/// the new Ethernet (untagged), IPv4 and ICMP headers go in front of it.
+/// The IPv4 header gets TOS 0xc0 (internetwork control, as Linux sends
+/// ICMP errors), no DF, and its destination is the original source.
+pub fn emit_error_in_place(
+    buf: &mut [u8],
+    ip_offset: usize,
+    error: Icmpv4Error,
+    header: &ErrorHeader,
+) -> Result<usize> {
+    let orig = buf.get(ip_offset..).ok_or(Error::Truncated)?;
+    let ip = ipv4::Packet::new_checked(orig)?;
+    let orig_src = ip.src_addr();
+    let quote_len = ip.icmp_quote().len();
+    let total = ERROR_HEADERS_LEN + quote_len;
+    if buf.len() < total {
+        return Err(Error::BufferTooSmall);
+    }
+    buf.copy_within(ip_offset..ip_offset + quote_len, ERROR_HEADERS_LEN);
+
+    ethernet::EthernetRepr {
+        src_addr: header.src_mac,
+        dst_addr: header.dst_mac,
+        vlan: None,
+        ethertype: EtherType::Ipv4,
+    }
+    .emit(&mut ethernet::Frame::new_unchecked(&mut buf[..]))?;
+
+    let icmp_start = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
+    let mut icmp = Packet::new_unchecked(&mut buf[icmp_start..total]);
+    let (t, code, rest) = match error {
+        Icmpv4Error::TimeExceeded => (Message::TimeExceeded, CODE_TTL_EXCEEDED, 0),
+        Icmpv4Error::FragmentationNeeded { next_hop_mtu } => (
+            Message::DstUnreachable,
+            CODE_FRAG_NEEDED,
+            u32::from(next_hop_mtu),
+        ),
+    };
+    icmp.set_msg_type(t);
+    icmp.set_msg_code(code);
+    icmp.set_rest_of_header(rest);
+    icmp.fill_checksum();
+
+    ipv4::Ipv4Repr {
+        src_addr: header.src_addr,
+        dst_addr: orig_src,
+        protocol: IpProtocol::Icmp,
+        payload_len: HEADER_LEN + quote_len,
+        ttl: header.ttl,
+        tos: 0xc0,
+        ident: header.ident,
+        dont_frag: false,
+        more_frags: false,
+        frag_offset: 0,
+    }
+    .emit(&mut ipv4::Packet::new_unchecked(
+        &mut buf[ethernet::HEADER_LEN..],
+    ))?;
+    Ok(total)
+}
