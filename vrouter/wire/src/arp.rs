@@ -294,3 +294,119 @@ impl ArpRepr {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ARP request Linux sent in `tests/vectors/arp_icmp_echo.hex`
+    /// (Ethernet payload only): who has 192.168.100.254, tell .1.
+    static REQUEST_BYTES: [u8; 28] = [
+        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, // Ethernet/IPv4, request
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x0a, 0xc0, 0xa8, 0x64, 0x01, // sender
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc0, 0xa8, 0x64, 0xfe, // target
+    ];
+
+    /// The reply Linux sent back to it.
+    static REPLY_BYTES: [u8; 28] = [
+        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x02, // Ethernet/IPv4, reply
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x1a, 0xc0, 0xa8, 0x64, 0xfe, // sender
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x0a, 0xc0, 0xa8, 0x64, 0x01, // target
+    ];
+
+    const A_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x0a]);
+    const R_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x1a]);
+    const A_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 100, 1);
+    const R_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 100, 254);
+
+    fn request_repr() -> ArpRepr {
+        ArpRepr {
+            operation: Operation::Request,
+            source_hardware_addr: A_MAC,
+            source_protocol_addr: A_IP,
+            target_hardware_addr: MacAddr::ZERO,
+            target_protocol_addr: R_IP,
+        }
+    }
+
+    #[test]
+    fn test_deconstruct() {
+        let p = Packet::new_checked(&REQUEST_BYTES[..]).unwrap();
+        assert_eq!(p.hardware_type(), Hardware::Ethernet);
+        assert_eq!(p.protocol_type(), EtherType::Ipv4);
+        assert_eq!(p.hardware_len(), 6);
+        assert_eq!(p.protocol_len(), 4);
+        assert_eq!(p.operation(), Operation::Request);
+        assert_eq!(p.source_hardware_addr(), A_MAC);
+        assert_eq!(p.source_protocol_addr(), A_IP);
+        assert_eq!(p.target_hardware_addr(), MacAddr::ZERO);
+        assert_eq!(p.target_protocol_addr(), R_IP);
+    }
+
+    #[test]
+    fn test_construct() {
+        let mut bytes = vec![0xa5; 28];
+        bytes[..6].copy_from_slice(&[0x00, 0x01, 0x08, 0x00, 0x06, 0x04]);
+        let mut p = Packet::new_unchecked(&mut bytes);
+        p.set_operation(Operation::Request);
+        p.set_source_hardware_addr(A_MAC);
+        p.set_source_protocol_addr(A_IP);
+        p.set_target_hardware_addr(MacAddr::ZERO);
+        p.set_target_protocol_addr(R_IP);
+        assert_eq!(&bytes[..], &REQUEST_BYTES[..]);
+    }
+
+    #[test]
+    fn test_parse() {
+        let repr = ArpRepr::parse(&Packet::new_unchecked(&REQUEST_BYTES[..])).unwrap();
+        assert_eq!(repr, request_repr());
+    }
+
+    #[test]
+    fn test_emit() {
+        let mut bytes = vec![0xa5; 28];
+        request_repr()
+            .emit(&mut Packet::new_unchecked(&mut bytes))
+            .unwrap();
+        assert_eq!(&bytes[..], &REQUEST_BYTES[..]);
+    }
+
+    #[test]
+    fn reply_in_place_equals_the_kernels_reply() {
+        let mut bytes = REQUEST_BYTES;
+        Packet::new_checked(&mut bytes[..])
+            .unwrap()
+            .make_reply_in_place(R_MAC);
+        assert_eq!(bytes, REPLY_BYTES);
+    }
+
+    #[test]
+    fn speculative_target_ip_has_no_false_negatives() {
+        assert_eq!(speculative_target_ip(&REQUEST_BYTES), Some(R_IP));
+        assert!(test_speculative_tpa(&REQUEST_BYTES, R_IP));
+        assert!(!test_speculative_tpa(&REQUEST_BYTES, A_IP));
+        for n in 0..28 {
+            assert_eq!(speculative_target_ip(&REQUEST_BYTES[..n]), None);
+            assert_eq!(
+                Packet::new_checked(&REQUEST_BYTES[..n]),
+                Err(Error::Truncated)
+            );
+        }
+    }
+
+    #[test]
+    fn other_hardware_or_address_lengths_are_unsupported() {
+        let mut bytes = REQUEST_BYTES;
+        bytes[4] = 8;
+        assert_eq!(
+            ArpRepr::parse(&Packet::new_unchecked(&bytes[..])),
+            Err(Error::Unsupported)
+        );
+        let mut bytes = REQUEST_BYTES;
+        bytes[1] = 6; // IEEE 802
+        assert_eq!(
+            ArpRepr::parse(&Packet::new_unchecked(&bytes[..])),
+            Err(Error::Unsupported)
+        );
+    }
+}

@@ -404,3 +404,140 @@ impl EthernetRepr {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static FRAME_BYTES: [u8; 16] = [
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x1a, // dst
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x0a, // src
+        0x08, 0x00, // IPv4
+        0xaa, 0xbb,
+    ];
+
+    static TAGGED_BYTES: [u8; 20] = [
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, // dst
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x0a, // src
+        0x81, 0x00, 0x60, 0x64, // 802.1Q, PCP 3, VID 100
+        0x08, 0x06, // ARP
+        0xaa, 0xbb,
+    ];
+
+    const DST: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x1a]);
+    const SRC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x0a]);
+
+    #[test]
+    fn test_deconstruct() {
+        let f = Frame::new_checked(&FRAME_BYTES[..]).unwrap();
+        assert_eq!(f.dst_addr(), DST);
+        assert_eq!(f.src_addr(), SRC);
+        assert_eq!(f.ethertype(), EtherType::Ipv4);
+        assert_eq!(f.vlan(), None);
+        assert_eq!(f.header_len(), 14);
+        assert_eq!(f.payload(), &[0xaa, 0xbb]);
+
+        let t = Frame::new_checked(&TAGGED_BYTES[..]).unwrap();
+        assert!(t.dst_addr().is_broadcast());
+        assert_eq!(t.outer_ethertype(), EtherType::Vlan);
+        assert_eq!(t.ethertype(), EtherType::Arp);
+        assert_eq!(
+            t.vlan(),
+            Some(VlanTag {
+                tpid: TagProtocol::Dot1Q,
+                pcp: 3,
+                dei: false,
+                vid: 100
+            })
+        );
+        assert_eq!(t.header_len(), 18);
+        assert_eq!(t.payload(), &[0xaa, 0xbb]);
+    }
+
+    #[test]
+    fn test_construct() {
+        let mut bytes = vec![0xa5; 16];
+        let mut f = Frame::new_unchecked(&mut bytes);
+        f.set_dst_addr(DST);
+        f.set_src_addr(SRC);
+        f.set_ethertype(EtherType::Ipv4);
+        f.payload_mut().copy_from_slice(&[0xaa, 0xbb]);
+        assert_eq!(&bytes[..], &FRAME_BYTES[..]);
+    }
+
+    #[test]
+    fn test_parse() {
+        let repr = EthernetRepr::parse(&Frame::new_unchecked(&TAGGED_BYTES[..])).unwrap();
+        assert_eq!(
+            repr,
+            EthernetRepr {
+                src_addr: SRC,
+                dst_addr: MacAddr::BROADCAST,
+                vlan: Some(VlanTag {
+                    tpid: TagProtocol::Dot1Q,
+                    pcp: 3,
+                    dei: false,
+                    vid: 100
+                }),
+                ethertype: EtherType::Arp,
+            }
+        );
+    }
+
+    #[test]
+    fn test_emit() {
+        let repr = EthernetRepr {
+            src_addr: SRC,
+            dst_addr: MacAddr::BROADCAST,
+            vlan: Some(VlanTag {
+                tpid: TagProtocol::Dot1Q,
+                pcp: 3,
+                dei: false,
+                vid: 100,
+            }),
+            ethertype: EtherType::Arp,
+        };
+        assert_eq!(repr.buffer_len(), 18);
+        let mut bytes = vec![0xa5; 20];
+        repr.emit(&mut Frame::new_unchecked(&mut bytes)).unwrap();
+        bytes[18..].copy_from_slice(&[0xaa, 0xbb]);
+        assert_eq!(&bytes[..], &TAGGED_BYTES[..]);
+    }
+
+    #[test]
+    fn truncated_at_every_length_is_an_error() {
+        for n in 0..14 {
+            assert_eq!(Frame::new_checked(&FRAME_BYTES[..n]), Err(Error::Truncated));
+        }
+        for n in 0..18 {
+            assert_eq!(
+                Frame::new_checked(&TAGGED_BYTES[..n]).err(),
+                Some(Error::Truncated),
+                "{n}"
+            );
+        }
+        assert!(Frame::new_checked(&TAGGED_BYTES[..18]).is_ok());
+    }
+
+    #[test]
+    fn qinq_tpid_is_a_tag_and_rewrites_keep_the_payload() {
+        let mut bytes = TAGGED_BYTES;
+        bytes[12..14].copy_from_slice(&[0x88, 0xa8]);
+        let mut f = Frame::new_checked(&mut bytes[..]).unwrap();
+        assert_eq!(f.vlan().unwrap().tpid, TagProtocol::Dot1Ad);
+        f.rewrite_addrs(SRC, DST);
+        f.swap_addrs();
+        assert_eq!(f.dst_addr(), SRC);
+        assert_eq!(f.src_addr(), DST);
+        assert_eq!(f.ethertype(), EtherType::Arp);
+        assert_eq!(&bytes[18..], &[0xaa, 0xbb]);
+    }
+
+    #[test]
+    fn unknown_ethertypes_round_trip() {
+        assert_eq!(EtherType::from(0x88cc), EtherType::Unknown(0x88cc));
+        assert_eq!(u16::from(EtherType::Unknown(0x88cc)), 0x88cc);
+        assert_eq!(MacAddr([0xee; 6]).to_string(), "ee:ee:ee:ee:ee:ee");
+        assert!(MacAddr([0x33, 0x33, 0, 0, 0, 1]).is_multicast());
+    }
+}

@@ -432,6 +432,21 @@ pub fn may_send_error_about<T: AsRef<[u8]>>(ip: &ipv4::Packet<T>) -> bool {
     true
 }
 
+/// How much of the original datagram an ICMP error quotes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Quote {
+    /// The IP header (options included) and the first 8 bytes of the
+    /// payload (RFC 792): enough for the sender to find the socket.
+    #[default]
+    HeaderPlus8,
+    /// As much of the datagram as fits in a 576-byte error (RFC 1812
+    /// §4.3.2.3), which is what Linux sends.
+    Rfc1812,
+}
+
+/// The largest IPv4 datagram an RFC 1812 error may be.
+pub const RFC1812_MAX_ERROR_LEN: usize = 576;
+
 /// Rewrites the frame in `buf` into an ICMP error about the IPv4 packet
 /// that starts at `ip_offset`, and returns the new frame length.
 ///
@@ -448,10 +463,26 @@ pub fn emit_error_in_place(
     error: Icmpv4Error,
     header: &ErrorHeader,
 ) -> Result<usize> {
+    emit_error_in_place_with(buf, ip_offset, error, header, Quote::HeaderPlus8)
+}
+
+/// [`emit_error_in_place`] with a choice of how much to quote.
+pub fn emit_error_in_place_with(
+    buf: &mut [u8],
+    ip_offset: usize,
+    error: Icmpv4Error,
+    header: &ErrorHeader,
+    quote: Quote,
+) -> Result<usize> {
     let orig = buf.get(ip_offset..).ok_or(Error::Truncated)?;
     let ip = ipv4::Packet::new_checked(orig)?;
     let orig_src = ip.src_addr();
-    let quote_len = ip.icmp_quote().len();
+    let quote_len = match quote {
+        Quote::HeaderPlus8 => ip.icmp_quote().len(),
+        Quote::Rfc1812 => {
+            usize::from(ip.total_len()).min(RFC1812_MAX_ERROR_LEN - ipv4::HEADER_LEN - HEADER_LEN)
+        }
+    };
     let total = ERROR_HEADERS_LEN + quote_len;
     if buf.len() < total {
         return Err(Error::BufferTooSmall);

@@ -411,3 +411,164 @@ impl Ipv4Repr {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The IPv4 packet of the echo request Linux sent in
+    /// `tests/vectors/arp_icmp_echo.hex` (84 bytes, DF, TTL 64).
+    const ECHO_REQUEST_HEX: &str = "45000054371e40004001b93ac0a86401c0a864fe\
+        080089916ca6000159930c6b00000000d4f5080000000000101112131415161718191a1b1c1d1e1f\
+        202122232425262728292a2b2c2d2e2f3031323334353637";
+
+    /// An echo request with a 40-byte record-route option (IHL 15), from
+    /// `tests/vectors/ipv4_options.hex`.
+    const OPTIONS_HEX: &str = "4f00007c38d64000400160a1c0a86401c0a864fe\
+        01072708c0a864010000000000000000000000000000000000000000000000000000000000000000\
+        080045786f49000167930c6b000000000b6c050000000000101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f3031323334353637";
+
+    fn bytes(h: &str) -> Vec<u8> {
+        hex::decode(h).unwrap()
+    }
+
+    fn echo_repr() -> Ipv4Repr {
+        Ipv4Repr {
+            src_addr: Ipv4Addr::new(192, 168, 100, 1),
+            dst_addr: Ipv4Addr::new(192, 168, 100, 254),
+            protocol: IpProtocol::Icmp,
+            payload_len: 64,
+            ttl: 64,
+            tos: 0,
+            ident: 0x371e,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+        }
+    }
+
+    #[test]
+    fn test_deconstruct() {
+        let b = bytes(ECHO_REQUEST_HEX);
+        let p = Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(p.version(), 4);
+        assert_eq!(p.header_len(), 20);
+        assert_eq!(p.dscp(), 0);
+        assert_eq!(p.ecn(), 0);
+        assert_eq!(p.total_len(), 84);
+        assert_eq!(p.ident(), 0x371e);
+        assert!(p.dont_frag());
+        assert!(!p.more_frags());
+        assert_eq!(p.frag_offset(), 0);
+        assert!(!p.is_fragment());
+        assert_eq!(p.ttl(), 64);
+        assert_eq!(p.protocol(), IpProtocol::Icmp);
+        assert_eq!(p.checksum(), 0xb93a);
+        assert_eq!(p.src_addr(), Ipv4Addr::new(192, 168, 100, 1));
+        assert_eq!(p.dst_addr(), Ipv4Addr::new(192, 168, 100, 254));
+        assert!(p.verify_checksum());
+        assert_eq!(p.options(), &[] as &[u8]);
+        assert_eq!(p.payload(), &b[20..]);
+        assert_eq!(p.icmp_quote(), &b[..28]);
+    }
+
+    #[test]
+    fn test_construct() {
+        let b = bytes(ECHO_REQUEST_HEX);
+        let mut out = vec![0xa5; 84];
+        let mut p = Packet::new_unchecked(&mut out);
+        p.set_header_len(20);
+        p.set_tos(0);
+        p.set_total_len(84);
+        p.set_ident(0x371e);
+        p.set_flags_and_offset(true, false, 0);
+        p.set_ttl(64);
+        p.set_protocol(IpProtocol::Icmp);
+        p.set_src_addr(Ipv4Addr::new(192, 168, 100, 1));
+        p.set_dst_addr(Ipv4Addr::new(192, 168, 100, 254));
+        p.payload_mut().copy_from_slice(&b[20..]);
+        p.fill_checksum();
+        assert_eq!(out, b);
+    }
+
+    #[test]
+    fn test_parse() {
+        let b = bytes(ECHO_REQUEST_HEX);
+        assert_eq!(
+            Ipv4Repr::parse(&Packet::new_unchecked(&b[..])),
+            Ok(echo_repr())
+        );
+    }
+
+    #[test]
+    fn test_emit() {
+        let b = bytes(ECHO_REQUEST_HEX);
+        let mut out = vec![0xa5; 84];
+        out[20..].copy_from_slice(&b[20..]);
+        echo_repr()
+            .emit(&mut Packet::new_unchecked(&mut out))
+            .unwrap();
+        assert_eq!(out, b);
+    }
+
+    #[test]
+    fn options_are_skipped_by_the_header_length() {
+        let b = bytes(OPTIONS_HEX);
+        let p = Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(p.header_len(), 60);
+        assert_eq!(p.options().len(), 40);
+        assert_eq!(p.options()[0], 0x01); // NOP, then record route (7)
+        assert_eq!(p.options()[1], 0x07);
+        assert_eq!(p.payload()[0], 0x08); // ICMP echo request
+        assert_eq!(p.payload().len(), 124 - 60);
+        assert!(p.verify_checksum());
+        assert_eq!(p.icmp_quote().len(), 68);
+        let repr = Ipv4Repr::parse(&p).unwrap();
+        assert_eq!(repr.payload_len, 64);
+    }
+
+    #[test]
+    fn decrement_ttl_keeps_the_checksum_valid_with_and_without_options() {
+        for h in [ECHO_REQUEST_HEX, OPTIONS_HEX] {
+            let mut b = bytes(h);
+            let mut p = Packet::new_checked(&mut b[..]).unwrap();
+            for expected in (0..64u8).rev() {
+                assert_eq!(p.decrement_ttl(), expected);
+                assert!(p.verify_checksum(), "ttl {expected}");
+            }
+            assert_eq!(p.decrement_ttl(), 0);
+            assert!(p.verify_checksum());
+        }
+    }
+
+    #[test]
+    fn padding_after_the_total_length_is_not_payload() {
+        let mut b = bytes(ECHO_REQUEST_HEX);
+        b.extend_from_slice(&[0u8; 6]);
+        let p = Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(p.payload().len(), 64);
+    }
+
+    #[test]
+    fn truncated_or_malformed_headers_are_errors() {
+        let b = bytes(OPTIONS_HEX);
+        for n in 0..b.len() {
+            assert_eq!(Packet::new_checked(&b[..n]), Err(Error::Truncated), "{n}");
+        }
+        let mut v6 = bytes(ECHO_REQUEST_HEX);
+        v6[0] = 0x65;
+        assert_eq!(Packet::new_checked(&v6[..]), Err(Error::Malformed));
+        let mut short_ihl = bytes(ECHO_REQUEST_HEX);
+        short_ihl[0] = 0x44;
+        assert_eq!(Packet::new_checked(&short_ihl[..]), Err(Error::Malformed));
+        let mut short_total = bytes(ECHO_REQUEST_HEX);
+        short_total[2..4].copy_from_slice(&19u16.to_be_bytes());
+        assert_eq!(Packet::new_checked(&short_total[..]), Err(Error::Malformed));
+        let mut bad_sum = bytes(ECHO_REQUEST_HEX);
+        bad_sum[10] ^= 1;
+        assert_eq!(
+            Ipv4Repr::parse(&Packet::new_unchecked(&bad_sum[..])),
+            Err(Error::Checksum)
+        );
+    }
+}

@@ -167,3 +167,83 @@ impl VxlanRepr {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A VXLAN header with VNI 4096 and the first bytes of its inner frame,
+    /// as Linux sent it (`tests/vectors/vxlan_arp_icmp_echo.hex`).
+    static PACKET_BYTES: [u8; 12] = [
+        0x08, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, // I, VNI 4096
+        0xff, 0xff, 0xff, 0xff,
+    ];
+
+    #[test]
+    fn test_deconstruct() {
+        let p = Packet::new_checked(&PACKET_BYTES[..]).unwrap();
+        assert_eq!(p.flags(), 0x08);
+        assert!(p.has_vni());
+        assert_eq!(p.vni(), 4096);
+        assert_eq!(p.payload(), &[0xff; 4]);
+    }
+
+    #[test]
+    fn test_construct() {
+        let mut out = vec![0xa5; 12];
+        let mut p = Packet::new_unchecked(&mut out);
+        p.set_flags(FLAG_I);
+        p.clear_reserved();
+        p.set_vni(4096);
+        p.payload_mut().fill(0xff);
+        assert_eq!(&out[..], &PACKET_BYTES[..]);
+    }
+
+    #[test]
+    fn test_parse() {
+        let repr = VxlanRepr::parse(&Packet::new_unchecked(&PACKET_BYTES[..])).unwrap();
+        assert_eq!(repr, VxlanRepr { vni: 4096 });
+        let mut no_i = PACKET_BYTES;
+        no_i[0] = 0;
+        assert_eq!(
+            VxlanRepr::parse(&Packet::new_unchecked(&no_i[..])),
+            Err(Error::Malformed)
+        );
+        // Reserved bits are ignored on receive (RFC 7348 §5).
+        let mut reserved = PACKET_BYTES;
+        reserved[0] |= 0x80;
+        reserved[7] = 0x55;
+        assert_eq!(
+            VxlanRepr::parse(&Packet::new_unchecked(&reserved[..])),
+            Ok(VxlanRepr { vni: 4096 })
+        );
+    }
+
+    #[test]
+    fn test_emit() {
+        let mut out = vec![0xa5; 12];
+        out[8..].fill(0xff);
+        VxlanRepr { vni: 4096 }
+            .emit(&mut Packet::new_unchecked(&mut out))
+            .unwrap();
+        assert_eq!(&out[..], &PACKET_BYTES[..]);
+        assert_eq!(
+            VxlanRepr { vni: 0x0100_0000 }.emit(&mut Packet::new_unchecked(&mut out)),
+            Err(Error::Malformed)
+        );
+        VxlanRepr { vni: MAX_VNI }
+            .emit(&mut Packet::new_unchecked(&mut out))
+            .unwrap();
+        assert_eq!(&out[..8], &[0x08, 0, 0, 0, 0xff, 0xff, 0xff, 0]);
+    }
+
+    #[test]
+    fn truncated_at_every_length_is_an_error() {
+        for n in 0..HEADER_LEN {
+            assert_eq!(
+                Packet::new_checked(&PACKET_BYTES[..n]),
+                Err(Error::Truncated)
+            );
+        }
+    }
+}
