@@ -1,3 +1,8 @@
 //! `brindle-ctrl`: the node daemon's library (BGP, registry, endpoint API,
 //! vrouter programming). See `ctrl/README.md`.
-#![forbid(unsafe_code)]
+//!
+//! Unsafe code is denied by the workspace lints; the one exception is the
+//! TCP-MD5 `setsockopt` in `bgp::speaker::md5`, which opts back in locally.
+#![deny(unsafe_code)]
+
+pub mod bgp;

@@ -1,0 +1,4 @@
+//! The BGP speaker: codec ([`packet`]), session state machine ([`fsm`]),
+//! routing tables ([`rib`]) and the tokio tasks that run them ([`speaker`]).
+
+pub mod packet;
