@@ -476,8 +476,10 @@ pub(crate) fn program(
         .call(HELPER_REDIRECT_MAP)
         .exit();
 
-    a.bind(pass);
-    a.mov_imm(R0, XDP_PASS).exit();
+    if role != Role::All {
+        a.bind(pass);
+        a.mov_imm(R0, XDP_PASS).exit();
+    }
     a.finish()
 }
 
@@ -526,8 +528,8 @@ mod tests {
             let insns = program(role, 3, 4, 5).unwrap();
             assert_eq!(insns.last().unwrap() & 0xff, 0x95, "{role:?}");
         }
-        // The fallback program is the six-instruction redirect plus pass.
-        assert_eq!(program(Role::All, 3, 4, 5).unwrap().len(), 1 + 6 + 2);
+        // Role::All is the six-instruction redirect (plus saving the context).
+        assert_eq!(program(Role::All, 3, 4, 5).unwrap().len(), 1 + 6);
     }
 
     #[test]

@@ -1,0 +1,248 @@
+//! Helpers of the root-only tests: network namespaces made and removed by
+//! the test, threads that run inside them, and frame builders.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::{Context, Result, bail};
+use nix::sched::{CloneFlags, setns};
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A short name unique to this process and call: `<prefix><pid><n>`, at
+/// most 15 bytes so it also fits an interface name.
+pub fn unique(prefix: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let name = format!("{prefix}{}x{n}", std::process::id() % 100_000);
+    assert!(name.len() <= 15, "{name} too long");
+    name
+}
+
+/// A small number unique to this call, for address octets.
+pub fn unique_octet() -> u8 {
+    (COUNTER.fetch_add(1, Ordering::Relaxed) + std::process::id()) as u8 % 200 + 20
+}
+
+/// Runs a command; fails with its stderr if it fails.
+pub fn run(args: &[&str]) -> Result<String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .with_context(|| format!("spawn {args:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A network namespace, deleted on drop (with the veths inside it).
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(prefix: &str) -> Result<Netns> {
+        let name = unique(prefix);
+        run(&["ip", "netns", "add", &name])?;
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// `ip -n <ns> args...`
+    pub fn ip(&self, args: &[&str]) -> Result<String> {
+        let mut full = vec!["ip", "-n", &self.name];
+        full.extend_from_slice(args);
+        run(&full)
+    }
+
+    /// `ip netns exec <ns> args...`
+    pub fn exec(&self, args: &[&str]) -> Result<String> {
+        let mut full = vec!["ip", "netns", "exec", &self.name];
+        full.extend_from_slice(args);
+        run(&full)
+    }
+
+    /// Runs `f` on a thread that lives in this namespace.
+    pub fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/var/run/netns/{}", self.name);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let file = File::open(&path).expect("open netns");
+                setns(&file, CloneFlags::CLONE_NEWNET).expect("setns");
+                f()
+            })
+            .join()
+            .expect("thread in netns panicked")
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// A MAC address derived from a tag and an index (locally administered).
+pub fn mac(tag: u8, i: u8) -> [u8; 6] {
+    [0x02, 0xb1, 0x00, tag, 0x00, i]
+}
+
+pub fn mac_str(m: [u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A veth pair `a` in `ns_a`, `b` in `ns_b`, with given MACs and addresses
+/// (a /24 each), both up. (Eight plain arguments read best at the call sites.)
+#[allow(clippy::too_many_arguments)]
+pub fn veth(
+    ns_a: &Netns,
+    a: &str,
+    mac_a: [u8; 6],
+    addr_a: Option<&str>,
+    ns_b: &Netns,
+    b: &str,
+    mac_b: [u8; 6],
+    addr_b: Option<&str>,
+) -> Result<()> {
+    ns_a.ip(&[
+        "link",
+        "add",
+        a,
+        "address",
+        &mac_str(mac_a),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        b,
+        "netns",
+        &ns_b.name,
+        "address",
+        &mac_str(mac_b),
+    ])?;
+    if let Some(addr) = addr_a {
+        ns_a.ip(&["addr", "add", addr, "dev", a])?;
+    }
+    if let Some(addr) = addr_b {
+        ns_b.ip(&["addr", "add", addr, "dev", b])?;
+    }
+    ns_a.ip(&["link", "set", a, "up"])?;
+    ns_b.ip(&["link", "set", b, "up"])?;
+    Ok(())
+}
+
+/// RFC 1071 checksum.
+pub fn checksum(data: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for chunk in data.chunks(2) {
+        let word = u16::from_be_bytes([chunk[0], *chunk.get(1).unwrap_or(&0)]);
+        sum += u32::from(word);
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// An Ethernet + IPv4 + UDP frame (UDP checksum 0, which IPv4 allows).
+pub fn udp_frame(
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst_mac);
+    f.extend_from_slice(&src_mac);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let total = (20 + 8 + payload.len()) as u16;
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&src.octets());
+    ip[16..20].copy_from_slice(&dst.octets());
+    let sum = checksum(&ip);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// What a received frame is, enough for the assertions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    Udp {
+        dst: Ipv4Addr,
+        dport: u16,
+        payload: Vec<u8>,
+    },
+    Ipip {
+        dst: Ipv4Addr,
+    },
+    Tcp {
+        dst: Ipv4Addr,
+        dport: u16,
+    },
+    Icmp {
+        dst: Ipv4Addr,
+    },
+    Arp {
+        target: Ipv4Addr,
+    },
+    Other(u16),
+}
+
+pub fn classify(f: &[u8]) -> Seen {
+    if f.len() < 14 {
+        return Seen::Other(0);
+    }
+    let ethertype = u16::from_be_bytes([f[12], f[13]]);
+    match ethertype {
+        0x0806 if f.len() >= 42 => Seen::Arp {
+            target: Ipv4Addr::new(f[38], f[39], f[40], f[41]),
+        },
+        0x0800 if f.len() >= 34 => {
+            let ihl = usize::from(f[14] & 0x0f) * 4;
+            let dst = Ipv4Addr::new(f[30], f[31], f[32], f[33]);
+            let l4 = &f[(14 + ihl).min(f.len())..];
+            match f[23] {
+                1 => Seen::Icmp { dst },
+                4 => Seen::Ipip { dst },
+                6 if l4.len() >= 4 => Seen::Tcp {
+                    dst,
+                    dport: u16::from_be_bytes([l4[2], l4[3]]),
+                },
+                17 if l4.len() >= 8 => Seen::Udp {
+                    dst,
+                    dport: u16::from_be_bytes([l4[2], l4[3]]),
+                    payload: l4[8..].to_vec(),
+                },
+                p => Seen::Other(u16::from(p)),
+            }
+        }
+        other => Seen::Other(other),
+    }
+}
