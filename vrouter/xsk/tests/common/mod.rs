@@ -140,8 +140,8 @@ pub fn veth(
     if let Some(addr) = addr_b {
         ns_b.ip(&["addr", "add", addr, "dev", b])?;
     }
-    ns_a.ip(&["link", "set", a, "up"])?;
-    ns_b.ip(&["link", "set", b, "up"])?;
+    ns_a.ip(&["link", "set", "dev", a, "up"])?;
+    ns_b.ip(&["link", "set", "dev", b, "up"])?;
     Ok(())
 }
 
