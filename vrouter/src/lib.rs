@@ -15,11 +15,15 @@
 //! `cargo bench -p brindle-vrouter`. See `vrouter/README.md`.
 #![forbid(unsafe_code)]
 
+pub mod arp;
 pub mod counters;
+pub mod demo;
 pub mod endpoint;
 pub mod frame;
 pub mod neigh;
+pub mod pipeline;
 pub mod port;
+pub mod worker;
 
 pub use brindle_fib as fib;
 pub use brindle_wire as wire;

@@ -1,6 +1,36 @@
 //! The `brindle-vrouter` binary.
 #![forbid(unsafe_code)]
 
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("brindle-vrouter: the daemon is not built yet (see the vrouter issue)")
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Brindle's userspace poll-mode vRouter.
+#[derive(Parser)]
+#[command(name = "brindle-vrouter", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the forwarding demo on in-memory ports: proxy ARP, pod to pod,
+    /// IPIP and VXLAN encap and decap, anti-spoofing, TTL expiry, MTU; exits
+    /// non-zero if any step misbehaves.
+    Demo,
+}
+
+fn main() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Demo => {
+            let ok = brindle_vrouter::demo::run(&mut std::io::stdout().lock())?;
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
 }

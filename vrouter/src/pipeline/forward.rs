@@ -1,0 +1,397 @@
+//! IPv4: decapsulation, anti-spoofing, route lookup, TTL, MTU, MAC rewrite
+//! and encapsulation. Offsets are relative to the frame's arena chunk, so a
+//! frame can grow into its headroom.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Instant;
+
+use super::{Pipeline, Verdict};
+use crate::counters::DropReason;
+use crate::endpoint::PortKind;
+use crate::fib::{Encap, NextHop};
+use crate::frame::PortId;
+use crate::wire::encap::{self, IpipEncap, OuterHeader, VxlanEncap};
+use crate::wire::ethernet::{self, EtherType, EthernetRepr, MacAddr};
+use crate::wire::icmpv4::Icmpv4Error;
+use crate::wire::ip::IpProtocol;
+use crate::wire::{ipv4, udp};
+
+/// The facts of an IPv4 header the pipeline uses, read once.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct V4 {
+    /// Chunk offset of the header.
+    pub l3: usize,
+    /// Header length (options included).
+    pub ihl: usize,
+    /// Total length (Ethernet padding excluded).
+    pub len: usize,
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub ttl: u8,
+    pub tos: u8,
+    pub df: bool,
+    pub fragment: bool,
+    pub proto: IpProtocol,
+}
+
+/// Reads and checks the IPv4 header at `l3`, which must end by `end`.
+pub(super) fn parse_v4(buf: &[u8], l3: usize, end: usize) -> Result<V4, DropReason> {
+    let bytes = buf.get(l3..end).ok_or(DropReason::ParseError)?;
+    let p = ipv4::Packet::new_checked(bytes).map_err(|_| DropReason::ParseError)?;
+    if !p.verify_checksum() {
+        return Err(DropReason::ParseError);
+    }
+    Ok(V4 {
+        l3,
+        ihl: p.header_len(),
+        len: usize::from(p.total_len()),
+        src: p.src_addr(),
+        dst: p.dst_addr(),
+        ttl: p.ttl(),
+        tos: p.tos(),
+        df: p.dont_frag(),
+        fragment: p.is_fragment(),
+        proto: p.protocol(),
+    })
+}
+
+/// Where and how a packet leaves.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    port: PortId,
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    /// Largest inner IP packet that fits (egress MTU minus overhead).
+    mtu: usize,
+    encap: Option<(Encap, Ipv4Addr)>,
+}
+
+/// A flow hash of the inner packet for the VXLAN source port: addresses,
+/// protocol, and the TCP/UDP ports of first fragments, so that the underlay
+/// spreads flows across ECMP paths but keeps each flow on one.
+fn flow_hash(buf: &[u8], m: &V4) -> u32 {
+    let mut h = u32::from(m.src) ^ u32::from(m.dst).rotate_left(16) ^ u32::from(u8::from(m.proto));
+    if matches!(m.proto, IpProtocol::Tcp | IpProtocol::Udp)
+        && !m.fragment
+        && let Some(p) = buf.get(m.l3 + m.ihl..m.l3 + m.ihl + 4)
+    {
+        h ^= u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+    }
+    h = h.wrapping_mul(0x9e37_79b1);
+    h ^ (h >> 15)
+}
+
+impl Pipeline {
+    /// An IPv4 frame whose header starts at `l3`, received on `ingress`.
+    pub(super) fn ipv4(
+        &mut self,
+        buf: &mut [u8],
+        ingress: PortId,
+        start: usize,
+        l3: usize,
+        end: usize,
+        now: Instant,
+    ) -> Verdict {
+        let Some(kind) = self.ports.get(ingress).map(|e| e.kind) else {
+            return Verdict::Drop(DropReason::NotForUs);
+        };
+        let mut m = match parse_v4(buf, l3, end) {
+            Ok(m) => m,
+            Err(r) => return Verdict::Drop(r),
+        };
+        match kind {
+            PortKind::Uplink if m.dst == self.cfg.node_v4 => {
+                m = match self.decap(buf, &m, start, end) {
+                    Ok(inner) => inner,
+                    Err(r) => return Verdict::Drop(r),
+                };
+            }
+            PortKind::Pod => {
+                let owned = self
+                    .ports
+                    .get(ingress)
+                    .is_some_and(|ep| ep.owns(IpAddr::V4(m.src)));
+                if !owned {
+                    return Verdict::Drop(DropReason::Spoofed);
+                }
+            }
+            PortKind::Uplink | PortKind::Host => {}
+        }
+        self.route_v4(buf, kind, start, m, false, now)
+    }
+
+    /// Strips IPIP or VXLAN addressed to this node; returns the inner
+    /// IPv4 header.
+    fn decap(&mut self, buf: &[u8], m: &V4, start: usize, end: usize) -> Result<V4, DropReason> {
+        if m.fragment {
+            // Reassembly is not done: the underlay MTU is sized so tunnels
+            // never fragment (that is what fragmentation-needed is for).
+            return Err(DropReason::Unsupported);
+        }
+        let ip_end = m.l3 + m.len;
+        match m.proto {
+            IpProtocol::IpIp => {
+                let inner = parse_v4(buf, m.l3 + m.ihl, ip_end)?;
+                self.counters.decap_ipip += 1;
+                Ok(inner)
+            }
+            IpProtocol::Udp => {
+                let l4 = buf
+                    .get(m.l3 + m.ihl..ip_end)
+                    .ok_or(DropReason::ParseError)?;
+                let udp = udp::Packet::new_checked(l4).map_err(|_| DropReason::ParseError)?;
+                if udp.dst_port() != self.cfg.vxlan_port {
+                    return Err(DropReason::NotForUs);
+                }
+                let d = encap::vxlan_inner(&buf[start..end], self.cfg.vxlan_port)
+                    .ok_or(DropReason::ParseError)?;
+                if d.vni != self.cfg.vxlan_vni {
+                    return Err(DropReason::NotForUs);
+                }
+                let inner_start = start + d.inner_offset;
+                let inner_end = inner_start + d.inner_len;
+                let eth = ethernet::Frame::new_checked(&buf[inner_start..inner_end])
+                    .map_err(|_| DropReason::ParseError)?;
+                if eth.ethertype() != EtherType::Ipv4 {
+                    return Err(DropReason::UnknownEthertype);
+                }
+                let inner = parse_v4(buf, inner_start + eth.header_len(), inner_end)?;
+                self.counters.decap_vxlan += 1;
+                Ok(inner)
+            }
+            _ => Err(DropReason::NotForUs),
+        }
+    }
+
+    /// Routes the IPv4 packet `m`. `local` marks a packet this node built
+    /// (an ICMP error): no TTL decrement, no ingress restriction, and never
+    /// another ICMP error about it.
+    pub(super) fn route_v4(
+        &mut self,
+        buf: &mut [u8],
+        kind: PortKind,
+        start: usize,
+        m: V4,
+        local: bool,
+        now: Instant,
+    ) -> Verdict {
+        let Some(nh) = self.fib.lookup_v4(m.dst) else {
+            return Verdict::Drop(DropReason::NoRoute);
+        };
+        if kind == PortKind::Uplink
+            && !local
+            && !matches!(nh, NextHop::Local { .. } | NextHop::Host)
+        {
+            // From the underlay only pods and the host are reachable: no
+            // transit, no hairpin back into the underlay.
+            return Verdict::Drop(DropReason::NotForUs);
+        }
+        if !local && m.ttl <= 1 {
+            return self.icmp_error(
+                buf,
+                start,
+                m,
+                Icmpv4Error::TimeExceeded,
+                DropReason::Ttl,
+                now,
+            );
+        }
+        let plan = match self.plan_v4(nh) {
+            Ok(p) => p,
+            Err(v) => return v,
+        };
+        if m.len > plan.mtu {
+            if m.df && !local {
+                let next_hop_mtu = u16::try_from(plan.mtu).unwrap_or(u16::MAX);
+                return self.icmp_error(
+                    buf,
+                    start,
+                    m,
+                    Icmpv4Error::FragmentationNeeded { next_hop_mtu },
+                    DropReason::Mtu,
+                    now,
+                );
+            }
+            // This vrouter does not fragment.
+            return Verdict::Drop(DropReason::Mtu);
+        }
+        let mut ttl = m.ttl;
+        if !local {
+            ttl = ipv4::Packet::new_unchecked(&mut buf[m.l3..m.l3 + m.ihl]).decrement_ttl();
+        }
+        let v = self.emit_v4(buf, &m, ttl, &plan);
+        if !local && matches!(v, Verdict::Tx { .. }) {
+            self.counters.forwarded += 1;
+        }
+        v
+    }
+
+    fn plan_v4(&self, nh: NextHop) -> Result<Plan, Verdict> {
+        let direct = |port: PortId, dst_mac: Option<[u8; 6]>| -> Result<Plan, Verdict> {
+            let ep = self
+                .ports
+                .get(port)
+                .ok_or(Verdict::Drop(DropReason::NoRoute))?;
+            let dst_mac = dst_mac
+                .or(ep.peer_mac)
+                .ok_or(Verdict::Drop(DropReason::NoNeighbour))?;
+            Ok(Plan {
+                port,
+                src_mac: ep.mac,
+                dst_mac,
+                mtu: ep.mtu as usize,
+                encap: None,
+            })
+        };
+        match nh {
+            NextHop::Local { port } => direct(port, None),
+            NextHop::Host => {
+                let port = self
+                    .ports
+                    .host()
+                    .ok_or(Verdict::Drop(DropReason::NoHostPort))?;
+                direct(port, None)
+            }
+            NextHop::Blackhole => Err(Verdict::Drop(DropReason::Blackhole)),
+            NextHop::Gateway {
+                via: IpAddr::V4(via),
+                port,
+            } => {
+                let mac = self
+                    .neigh
+                    .lookup(port, via.into())
+                    .ok_or(Verdict::Resolve { port, addr: via })?;
+                direct(port, Some(mac))
+            }
+            NextHop::Gateway {
+                via: IpAddr::V6(_), ..
+            } => Err(Verdict::Drop(DropReason::Unsupported)),
+            NextHop::Encap { encap, remote } => {
+                let port = self
+                    .ports
+                    .uplink()
+                    .ok_or(Verdict::Drop(DropReason::NoRoute))?;
+                let on_link = self.cfg.on_link(remote);
+                let hop = match self.cfg.underlay_gateway {
+                    Some(gw) if !on_link => gw,
+                    _ => remote,
+                };
+                let mac = self
+                    .neigh
+                    .lookup(port, hop.into())
+                    .ok_or(Verdict::Resolve { port, addr: hop })?;
+                let mut plan = direct(port, Some(mac))?;
+                if self.cfg.cross_subnet && on_link {
+                    return Ok(plan);
+                }
+                let overhead = match encap {
+                    Encap::Ipip => ipv4::HEADER_LEN,
+                    Encap::Vxlan { .. } => encap::VXLAN_GROWTH,
+                };
+                plan.mtu = plan.mtu.saturating_sub(overhead);
+                plan.encap = Some((encap, remote));
+                Ok(plan)
+            }
+        }
+    }
+
+    /// Writes the Ethernet header (and the outer headers) in front of the
+    /// IPv4 packet `m`, whose TTL is now `ttl`.
+    fn emit_v4(&mut self, buf: &mut [u8], m: &V4, ttl: u8, plan: &Plan) -> Verdict {
+        let ip_end = m.l3 + m.len;
+        let no_room = Verdict::Drop(DropReason::NoRoom);
+        match plan.encap {
+            None => {
+                let Some(s) = m.l3.checked_sub(ethernet::HEADER_LEN) else {
+                    return no_room;
+                };
+                write_ethernet(&mut buf[s..m.l3], plan.src_mac, plan.dst_mac);
+                Verdict::Tx {
+                    port: plan.port,
+                    start: s,
+                    len: ip_end - s,
+                }
+            }
+            Some((Encap::Ipip, remote)) => {
+                let Some(s) = m.l3.checked_sub(encap::IPIP_HEADER_LEN) else {
+                    return no_room;
+                };
+                let tunnel = IpipEncap {
+                    outer: OuterHeader {
+                        src_mac: MacAddr(plan.src_mac),
+                        dst_mac: MacAddr(plan.dst_mac),
+                        src_addr: self.cfg.node_v4,
+                        dst_addr: remote,
+                        // Linux's ipip default: the outer TTL inherits the
+                        // inner one, and DF is set (path MTU discovery on).
+                        ttl,
+                        tos: encap::outer_tos(0, m.tos),
+                        dont_frag: true,
+                    },
+                };
+                let ident = self.next_ident();
+                if tunnel.emit(&mut buf[s..ip_end], ident).is_err() {
+                    return no_room;
+                }
+                self.counters.encap_ipip += 1;
+                Verdict::Tx {
+                    port: plan.port,
+                    start: s,
+                    len: ip_end - s,
+                }
+            }
+            Some((Encap::Vxlan { vni }, remote)) => {
+                let inner_eth = m.l3.checked_sub(ethernet::HEADER_LEN);
+                let Some(s) = inner_eth.and_then(|i| i.checked_sub(encap::VXLAN_HEADER_LEN)) else {
+                    return no_room;
+                };
+                let inner_dst = self.remote_vtep_mac(remote);
+                write_ethernet(
+                    &mut buf[s + encap::VXLAN_HEADER_LEN..m.l3],
+                    self.cfg.vtep_mac,
+                    inner_dst,
+                );
+                let tunnel = VxlanEncap {
+                    outer: OuterHeader {
+                        src_mac: MacAddr(plan.src_mac),
+                        dst_mac: MacAddr(plan.dst_mac),
+                        src_addr: self.cfg.node_v4,
+                        dst_addr: remote,
+                        // Linux's vxlan defaults: TTL 64, DF clear.
+                        ttl: 64,
+                        tos: encap::outer_tos(0, m.tos),
+                        dont_frag: false,
+                    },
+                    vni,
+                    dst_port: self.cfg.vxlan_port,
+                    udp_checksum: self.cfg.vxlan_udp_checksum,
+                };
+                let (lo, hi) = encap::VXLAN_SRC_PORT_RANGE;
+                let src_port = encap::flow_source_port(flow_hash(buf, m), lo, hi);
+                let ident = self.next_ident();
+                if tunnel.emit(&mut buf[s..ip_end], ident, src_port).is_err() {
+                    return no_room;
+                }
+                self.counters.encap_vxlan += 1;
+                Verdict::Tx {
+                    port: plan.port,
+                    start: s,
+                    len: ip_end - s,
+                }
+            }
+        }
+    }
+}
+
+/// Writes an untagged IPv4 Ethernet header into `hdr` (14 bytes).
+#[inline]
+fn write_ethernet(hdr: &mut [u8], src: [u8; 6], dst: [u8; 6]) {
+    let repr = EthernetRepr {
+        src_addr: MacAddr(src),
+        dst_addr: MacAddr(dst),
+        vlan: None,
+        ethertype: EtherType::Ipv4,
+    };
+    // `hdr` is exactly 14 bytes by construction, so emit cannot fail.
+    let _ = repr.emit(&mut ethernet::Frame::new_unchecked(hdr));
+}

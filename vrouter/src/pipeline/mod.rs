@@ -1,0 +1,495 @@
+//! The forwarding pipeline: what happens to a batch of frames between a
+//! port's `rx_burst` and the `tx_burst` of the ports they leave by.
+//!
+//! Per frame, in order:
+//!
+//! 1. classify: Ethernet (one 802.1Q tag allowed) -> ARP, IPv4, IPv6, or
+//!    dropped as an unknown ethertype;
+//! 2. ARP: proxy ARP on pod ports (reply built in place), learning on the
+//!    uplink ([`crate::arp`]);
+//! 3. decap, on the uplink only: IPIP to the node address, VXLAN to the node
+//!    address on the VTEP's UDP port and VNI;
+//! 4. anti-spoof, on pod ports only: the source must be one of the pod's
+//!    addresses;
+//! 5. LPM in the FIB; from the uplink only local pods and the host are
+//!    reachable (the vrouter is not a transit router);
+//! 6. TTL: <= 1 is answered with ICMP time exceeded (source: the node
+//!    address), built in place and routed back like any packet;
+//! 7. egress: the port, next-hop MAC (pod MAC, or the underlay neighbour from
+//!    [`NeighTable`], whose miss sends a rate-limited ARP request) and MTU
+//!    (minus encapsulation overhead); too big with DF set is answered with
+//!    ICMP fragmentation needed carrying that MTU;
+//! 8. TTL decrement with an RFC 1624 incremental checksum, MAC rewrite, and
+//!    the outer headers written into the headroom for IPIP/VXLAN;
+//! 9. the frame joins its egress port's TX batch.
+//!
+//! Nothing here allocates: frames stay in their arena chunk from RX to TX
+//! (replies and ICMP errors reuse the received frame), TX batches are
+//! preallocated, and the only new frames, ARP requests, come from the
+//! arena's free list.
+
+mod forward;
+mod icmp;
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use crate::arp::{self, ArpAction};
+use crate::counters::{Counters, DropReason};
+use crate::endpoint::{PortKind, PortTable};
+use crate::fib::FibReader;
+use crate::frame::{FrameArena, FrameDesc, PortId};
+use crate::neigh::{MissAction, NeighTable};
+use crate::wire::ethernet::{self, EtherType};
+use crate::wire::udp::UdpChecksum;
+
+/// Most frames a worker takes from one port per `rx_burst`.
+pub const BURST: usize = 64;
+
+/// Node-wide settings of the pipeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipelineConfig {
+    /// This node's underlay address: tunnel endpoint, outer source, and the
+    /// source of ICMP errors.
+    pub node_v4: Ipv4Addr,
+    /// Prefix length of the uplink's subnet: remote nodes inside it are
+    /// direct neighbours (and, in cross-subnet mode, reached natively).
+    pub underlay_prefix_len: u8,
+    /// The uplink's default gateway, next hop for remote nodes outside the
+    /// subnet. `None`: every remote node is treated as on-link.
+    pub underlay_gateway: Option<Ipv4Addr>,
+    /// UDP port of our VTEP (4789).
+    pub vxlan_port: u16,
+    /// The VNI we accept (Calico: 4096).
+    pub vxlan_vni: u32,
+    /// Compute the outer UDP checksum of VXLAN (Linux: no).
+    pub vxlan_udp_checksum: UdpChecksum,
+    /// Our VTEP MAC: the inner source MAC of VXLAN frames.
+    pub vtep_mac: [u8; 6],
+    /// Calico's CrossSubnet mode: encapsulate only to remote nodes outside
+    /// our subnet, route natively to those inside.
+    pub cross_subnet: bool,
+    /// ICMP errors allowed in a burst (token bucket size).
+    pub icmp_burst: u32,
+    /// ICMP errors allowed per second (token refill rate).
+    pub icmp_per_sec: u32,
+}
+
+impl PipelineConfig {
+    /// Defaults for a node at `node_v4` in a `/prefix_len` underlay: VXLAN
+    /// on 4789 with VNI 4096, no UDP checksum, always encapsulate, ICMP
+    /// errors at up to 1000/s with bursts of 100.
+    pub fn new(node_v4: Ipv4Addr, underlay_prefix_len: u8) -> Self {
+        PipelineConfig {
+            node_v4,
+            underlay_prefix_len,
+            underlay_gateway: None,
+            vxlan_port: crate::wire::VXLAN_PORT,
+            vxlan_vni: 4096,
+            vxlan_udp_checksum: UdpChecksum::Zero,
+            vtep_mac: vtep_mac(node_v4),
+            cross_subnet: false,
+            icmp_burst: 100,
+            icmp_per_sec: 1000,
+        }
+    }
+
+    /// Whether `addr` is in the uplink's subnet.
+    #[inline]
+    pub fn on_link(&self, addr: Ipv4Addr) -> bool {
+        let len = u32::from(self.underlay_prefix_len.min(32));
+        let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+        u32::from(addr) & mask == u32::from(self.node_v4) & mask
+    }
+}
+
+/// The VTEP MAC of the node at `node`: locally administered, derived from
+/// the address, so that every Brindle node knows every other node's VTEP
+/// MAC without asking (the inner destination MAC of VXLAN frames). A node
+/// whose VTEP MAC differs (a Linux VXLAN device) is configured with
+/// [`Pipeline::set_vtep_mac`].
+pub fn vtep_mac(node: Ipv4Addr) -> [u8; 6] {
+    let o = node.octets();
+    [0x02, 0xb1, o[0], o[1], o[2], o[3]]
+}
+
+/// A token bucket for ICMP errors, refilled from the `now` passed in.
+#[derive(Clone, Copy, Debug)]
+struct TokenBucket {
+    tokens: u32,
+    burst: u32,
+    per_sec: u32,
+    last: Option<Instant>,
+}
+
+impl TokenBucket {
+    fn take(&mut self, now: Instant) -> bool {
+        let last = *self.last.get_or_insert(now);
+        let elapsed = now.saturating_duration_since(last);
+        if self.per_sec > 0 {
+            let step = Duration::from_secs(1) / self.per_sec;
+            let new = (elapsed.as_nanos() / step.as_nanos().max(1)).min(u128::from(self.burst));
+            if new > 0 {
+                self.tokens = (self.tokens + new as u32).min(self.burst);
+                self.last = Some(last + step * new as u32);
+            }
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
+}
+
+/// Per-port TX batches, preallocated: one burst in can produce at most two
+/// frames out per frame (the frame, and an ARP request).
+pub struct TxBatches {
+    per_port: Vec<Vec<FrameDesc>>,
+}
+
+impl TxBatches {
+    /// Batches for `ports` ports.
+    pub fn new(ports: usize) -> Self {
+        TxBatches {
+            per_port: (0..ports).map(|_| Vec::with_capacity(2 * BURST)).collect(),
+        }
+    }
+
+    /// Makes room for one more port.
+    pub fn add_port(&mut self) {
+        self.per_port.push(Vec::with_capacity(2 * BURST));
+    }
+
+    /// Queues `desc` on `port`; `false` if the port does not exist or its
+    /// batch is full.
+    #[inline]
+    fn push(&mut self, port: PortId, desc: FrameDesc) -> bool {
+        match self.per_port.get_mut(port as usize) {
+            Some(b) if b.len() < b.capacity() => {
+                b.push(desc);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The batch of `port`, for the worker to transmit and clear.
+    pub fn batch_mut(&mut self, port: PortId) -> Option<&mut Vec<FrameDesc>> {
+        self.per_port.get_mut(port as usize)
+    }
+
+    /// Number of ports.
+    pub fn ports(&self) -> usize {
+        self.per_port.len()
+    }
+}
+
+/// The outcome for one frame, in chunk-relative offsets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Send `len` bytes at chunk offset `start` on `port`.
+    Tx {
+        port: PortId,
+        start: usize,
+        len: usize,
+    },
+    /// Free the frame and count the reason.
+    Drop(DropReason),
+    /// Free the frame; it was taken (learned ARP).
+    Consumed,
+    /// Free the frame, count `NoNeighbour`, and maybe ask for `addr` on
+    /// `port` with an ARP request.
+    Resolve { port: PortId, addr: Ipv4Addr },
+}
+
+/// The pipeline of one worker: configuration, port table, FIB reader,
+/// neighbour table and counters.
+pub struct Pipeline {
+    cfg: PipelineConfig,
+    ports: PortTable,
+    fib: FibReader,
+    neigh: NeighTable,
+    counters: Counters,
+    ident: u16,
+    icmp_bucket: TokenBucket,
+    vtep_macs: Vec<(Ipv4Addr, [u8; 6])>,
+}
+
+impl Pipeline {
+    /// A pipeline over `ports` reading `fib`.
+    pub fn new(cfg: PipelineConfig, ports: PortTable, fib: FibReader) -> Self {
+        let icmp_bucket = TokenBucket {
+            tokens: cfg.icmp_burst,
+            burst: cfg.icmp_burst,
+            per_sec: cfg.icmp_per_sec,
+            last: None,
+        };
+        Pipeline {
+            cfg,
+            ports,
+            fib,
+            neigh: NeighTable::new(),
+            counters: Counters::default(),
+            ident: 0,
+            icmp_bucket,
+            vtep_macs: Vec::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.cfg
+    }
+
+    /// The port table.
+    pub fn ports(&self) -> &PortTable {
+        &self.ports
+    }
+
+    /// The port table, writable (add pods, change addresses).
+    pub fn ports_mut(&mut self) -> &mut PortTable {
+        &mut self.ports
+    }
+
+    /// The neighbour table.
+    pub fn neigh(&self) -> &NeighTable {
+        &self.neigh
+    }
+
+    /// The neighbour table, writable (static entries, draining resolve
+    /// requests).
+    pub fn neigh_mut(&mut self) -> &mut NeighTable {
+        &mut self.neigh
+    }
+
+    /// The counters so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The counters, writable (the worker counts TX there).
+    pub fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+
+    /// Overrides the VTEP MAC of the remote node `node` (default:
+    /// [`vtep_mac`]).
+    pub fn set_vtep_mac(&mut self, node: Ipv4Addr, mac: [u8; 6]) {
+        match self.vtep_macs.iter_mut().find(|(n, _)| *n == node) {
+            Some(e) => e.1 = mac,
+            None => self.vtep_macs.push((node, mac)),
+        }
+    }
+
+    fn remote_vtep_mac(&self, node: Ipv4Addr) -> [u8; 6] {
+        self.vtep_macs
+            .iter()
+            .find(|(n, _)| *n == node)
+            .map_or_else(|| vtep_mac(node), |e| e.1)
+    }
+
+    fn next_ident(&mut self) -> u16 {
+        self.ident = self.ident.wrapping_add(1);
+        self.ident
+    }
+
+    /// Runs every frame of `rx`, received on `ingress`, through the
+    /// pipeline: each one ends in a TX batch of `tx`, or back in the arena's
+    /// free list with its reason counted.
+    pub fn process(
+        &mut self,
+        arena: &mut FrameArena,
+        ingress: PortId,
+        rx: &[FrameDesc],
+        tx: &mut TxBatches,
+        now: Instant,
+    ) {
+        let frame_size = u64::from(arena.frame_size());
+        for &desc in rx {
+            self.counters.rx_packets += 1;
+            self.counters.rx_bytes += u64::from(desc.len);
+            let base = desc.addr - desc.addr % frame_size;
+            let verdict = self.handle(arena, ingress, desc, now);
+            match verdict {
+                Verdict::Tx { port, start, len } => {
+                    let out = FrameDesc {
+                        addr: base + start as u64,
+                        len: len as u32,
+                    };
+                    if !tx.push(port, out) {
+                        arena.free(base);
+                        self.counters.drop(DropReason::TxRingFull);
+                    }
+                }
+                Verdict::Drop(reason) => {
+                    arena.free(base);
+                    self.counters.drop(reason);
+                }
+                Verdict::Consumed => {
+                    arena.free(base);
+                    self.counters.consumed += 1;
+                }
+                Verdict::Resolve { port, addr } => {
+                    arena.free(base);
+                    self.counters.drop(DropReason::NoNeighbour);
+                    self.send_arp_request(arena, port, addr, tx, now);
+                }
+            }
+        }
+    }
+
+    fn send_arp_request(
+        &mut self,
+        arena: &mut FrameArena,
+        port: PortId,
+        addr: Ipv4Addr,
+        tx: &mut TxBatches,
+        now: Instant,
+    ) {
+        if self.neigh.miss(port, addr.into(), now) != MissAction::SendRequest {
+            return;
+        }
+        let Some(mac) = self.ports.get(port).map(|e| e.mac) else {
+            return;
+        };
+        let Some(chunk) = arena.alloc() else { return };
+        let headroom = crate::frame::RX_HEADROOM as usize;
+        let buf = arena.chunk_mut(chunk);
+        let Some(len) = buf
+            .get_mut(headroom..)
+            .and_then(|b| arp::write_request(b, mac, self.cfg.node_v4, addr))
+        else {
+            arena.free(chunk);
+            return;
+        };
+        let desc = FrameDesc {
+            addr: chunk + headroom as u64,
+            len: len as u32,
+        };
+        self.counters.generated += 1;
+        self.counters.arp_requests += 1;
+        if !tx.push(port, desc) {
+            arena.free(chunk);
+            self.counters.drop(DropReason::TxRingFull);
+        }
+    }
+
+    fn handle(
+        &mut self,
+        arena: &mut FrameArena,
+        ingress: PortId,
+        desc: FrameDesc,
+        now: Instant,
+    ) -> Verdict {
+        let Some(kind) = self.ports.get(ingress).map(|e| e.kind) else {
+            return Verdict::Drop(DropReason::NotForUs);
+        };
+        let start = desc.headroom(arena.frame_size()) as usize;
+        let end = start + desc.len as usize;
+        let buf = arena.chunk_mut(desc.addr);
+        let Ok(eth) = ethernet::Frame::new_checked(&buf[start..end]) else {
+            return Verdict::Drop(DropReason::ParseError);
+        };
+        let ethertype = eth.ethertype();
+        let l3 = start + eth.header_len();
+        if kind == PortKind::Pod {
+            self.learn_pod_mac(ingress, eth.src_addr().0);
+        }
+        match ethertype {
+            EtherType::Ipv4 => self.ipv4(buf, ingress, start, l3, end, now),
+            EtherType::Arp => self.arp(buf, ingress, kind, start, l3, end),
+            _ => Verdict::Drop(DropReason::UnknownEthertype),
+        }
+    }
+
+    /// Remembers the pod's MAC from its first frame when the CNI plugin did
+    /// not say it.
+    #[inline]
+    fn learn_pod_mac(&mut self, port: PortId, src: [u8; 6]) {
+        if let Some(ep) = self.ports.get_mut(port)
+            && ep.peer_mac.is_none()
+            && src[0] & 1 == 0
+        {
+            ep.peer_mac = Some(src);
+        }
+    }
+
+    fn arp(
+        &mut self,
+        buf: &mut [u8],
+        ingress: PortId,
+        kind: PortKind,
+        start: usize,
+        l3: usize,
+        end: usize,
+    ) -> Verdict {
+        let frame = &mut buf[start..end];
+        let l3 = l3 - start;
+        let action = match kind {
+            PortKind::Uplink => arp::on_uplink(frame, l3, self.cfg.node_v4),
+            PortKind::Pod | PortKind::Host => {
+                let Some(ep) = self.ports.get(ingress) else {
+                    return Verdict::Drop(DropReason::NotForUs);
+                };
+                arp::on_pod_port(frame, l3, &ep.addrs, ep.mac)
+            }
+        };
+        match action {
+            ArpAction::Reply { len } => {
+                self.counters.arp_replies += 1;
+                Verdict::Tx {
+                    port: ingress,
+                    start,
+                    len,
+                }
+            }
+            ArpAction::Learn { addr, mac } => {
+                self.neigh.insert(ingress, addr.into(), mac);
+                self.counters.arp_learned += 1;
+                Verdict::Consumed
+            }
+            ArpAction::Refresh { addr, mac } => {
+                if self.neigh.refresh(ingress, addr.into(), mac) {
+                    self.counters.arp_learned += 1;
+                    Verdict::Consumed
+                } else {
+                    Verdict::Drop(DropReason::NotForUs)
+                }
+            }
+            ArpAction::Ignore => Verdict::Drop(DropReason::NotForUs),
+            ArpAction::Malformed => Verdict::Drop(DropReason::ParseError),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_link_uses_the_underlay_prefix() {
+        let c = PipelineConfig::new(Ipv4Addr::new(192, 168, 1, 10), 24);
+        assert!(c.on_link(Ipv4Addr::new(192, 168, 1, 20)));
+        assert!(!c.on_link(Ipv4Addr::new(192, 168, 2, 20)));
+        let c0 = PipelineConfig::new(Ipv4Addr::new(192, 168, 1, 10), 0);
+        assert!(c0.on_link(Ipv4Addr::new(8, 8, 8, 8)));
+    }
+
+    #[test]
+    fn icmp_bucket_refills_with_time() {
+        let mut b = TokenBucket {
+            tokens: 2,
+            burst: 2,
+            per_sec: 10,
+            last: None,
+        };
+        let t0 = Instant::now();
+        assert!(b.take(t0));
+        assert!(b.take(t0));
+        assert!(!b.take(t0));
+        assert!(!b.take(t0 + Duration::from_millis(50)));
+        assert!(b.take(t0 + Duration::from_millis(100)));
+        assert!(!b.take(t0 + Duration::from_millis(100)));
+    }
+}
