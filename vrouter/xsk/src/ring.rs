@@ -212,6 +212,89 @@ impl ConsumerRing {
 mod tests {
     use super::*;
 
+    /// A ring layout like the kernel's: indices and flags on their own
+    /// cache lines, entries after them.
+    fn layout() -> XdpRingOffset {
+        XdpRingOffset {
+            producer: 0,
+            consumer: 64,
+            flags: 128,
+            desc: 192,
+        }
+    }
+
+    #[test]
+    fn producer_ring_stops_when_full_and_resumes_after_the_consumer_moves() {
+        let off = layout();
+        let mem = Mmap::anonymous(ring_map_len(&off, 4, 8)).unwrap();
+        let mut ring = ProducerRing::new(mem, &off, 4);
+        assert_eq!(ring.produce_addrs(&[10, 11, 12, 13, 14, 15]), 4);
+        assert_eq!(ring.map.producer().load(Ordering::Acquire), 4);
+        assert_eq!(ring.produce_addrs(&[14]), 0, "full");
+        assert_eq!(ring.outstanding(), 4);
+        // The "kernel" consumes two entries.
+        ring.map.consumer().store(2, Ordering::Release);
+        assert_eq!(ring.produce_addrs(&[14, 15, 16]), 2);
+        // Entries 4 and 5 wrapped into slots 0 and 1.
+        assert_eq!(ring.map.mem.read_u64(192), 14);
+        assert_eq!(ring.map.mem.read_u64(192 + 8), 15);
+        assert_eq!(ring.map.mem.read_u64(192 + 16), 12);
+        assert!(!ring.needs_wakeup());
+        ring.map
+            .mem
+            .atomic_u32(128)
+            .store(XDP_RING_NEED_WAKEUP, Ordering::Relaxed);
+        assert!(ring.needs_wakeup());
+    }
+
+    #[test]
+    fn tx_descriptors_are_written_in_xdp_desc_layout() {
+        let off = layout();
+        let mem = Mmap::anonymous(ring_map_len(&off, 2, 16)).unwrap();
+        let mut ring = ProducerRing::new(mem, &off, 2);
+        let d = Desc {
+            addr: 0x1234_5678_9abc,
+            len: 60,
+        };
+        assert_eq!(ring.produce_descs(&[d]), 1);
+        assert_eq!(ring.map.mem.read_u64(192), d.addr);
+        assert_eq!(ring.map.mem.read_u32(192 + 8), 60);
+        assert_eq!(ring.map.mem.read_u32(192 + 12), 0, "options");
+    }
+
+    #[test]
+    fn consumer_ring_reads_what_the_producer_published_and_releases_it() {
+        let off = layout();
+        let mem = Mmap::anonymous(ring_map_len(&off, 4, 16)).unwrap();
+        let mut ring = ConsumerRing::new(mem, &off, 4);
+        let mut out = [Desc::default(); 8];
+        assert_eq!(ring.consume_descs(&mut out), 0);
+        // The "kernel" publishes three descriptors.
+        for i in 0..3usize {
+            ring.map.mem.write_u64(192 + i * 16, 2048 * i as u64 + 256);
+            ring.map.mem.write_u32(192 + i * 16 + 8, 60 + i as u32);
+        }
+        ring.map.producer().store(3, Ordering::Release);
+        assert_eq!(ring.consume_descs(&mut out[..2]), 2);
+        assert_eq!(
+            out[1],
+            Desc {
+                addr: 2048 + 256,
+                len: 61
+            }
+        );
+        assert_eq!(ring.map.consumer().load(Ordering::Acquire), 2);
+        assert_eq!(ring.consume_descs(&mut out), 1);
+        assert_eq!(
+            out[0],
+            Desc {
+                addr: 4096 + 256,
+                len: 62
+            }
+        );
+        assert_eq!(ring.map.consumer().load(Ordering::Acquire), 3);
+    }
+
     #[test]
     fn empty_ring_has_all_slots_free_and_none_ready() {
         assert_eq!(free_slots(8, 0, 0), 8);

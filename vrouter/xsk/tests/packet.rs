@@ -19,8 +19,22 @@ fn frame_sent_from_a_namespace_arrives_in_the_packet_socket() -> Result<()> {
     let ns_b = Netns::new("pb")?;
     let o = unique_octet();
     let (a_addr, b_addr) = (Ipv4Addr::new(10, 207, o, 1), Ipv4Addr::new(10, 207, o, 2));
-    veth(&ns_a, "va", mac(7, 1), Some(&format!("{a_addr}/24")), &ns_b, "vb", mac(7, 2), Some(&format!("{b_addr}/24")))?;
-    let mut sock = ns_b.enter(|| -> Result<_> { Ok(PacketSocket::bind(ifindex("vb")?, &PacketConfig::default())?) })?;
+    veth(
+        &ns_a,
+        "va",
+        mac(7, 1),
+        Some(&format!("{a_addr}/24")),
+        &ns_b,
+        "vb",
+        mac(7, 2),
+        Some(&format!("{b_addr}/24")),
+    )?;
+    let mut sock = ns_b.enter(|| -> Result<_> {
+        Ok(PacketSocket::bind(
+            ifindex("vb")?,
+            &PacketConfig::default(),
+        )?)
+    })?;
 
     let payload = b"brindle-packet receive test".to_vec();
     ns_a.enter(|| UdpSocket::bind((a_addr, 0))?.send_to(&payload, (b_addr, 9999)))?;
@@ -69,8 +83,22 @@ fn frame_put_on_the_packet_tx_ring_leaves_on_the_wire() -> Result<()> {
     let ns_b = Netns::new("pb")?;
     let o = unique_octet();
     let (a_addr, b_addr) = (Ipv4Addr::new(10, 208, o, 1), Ipv4Addr::new(10, 208, o, 2));
-    veth(&ns_a, "va", mac(8, 1), Some(&format!("{a_addr}/24")), &ns_b, "vb", mac(8, 2), Some(&format!("{b_addr}/24")))?;
-    let mut sock = ns_b.enter(|| -> Result<_> { Ok(PacketSocket::bind(ifindex("vb")?, &PacketConfig::default())?) })?;
+    veth(
+        &ns_a,
+        "va",
+        mac(8, 1),
+        Some(&format!("{a_addr}/24")),
+        &ns_b,
+        "vb",
+        mac(8, 2),
+        Some(&format!("{b_addr}/24")),
+    )?;
+    let mut sock = ns_b.enter(|| -> Result<_> {
+        Ok(PacketSocket::bind(
+            ifindex("vb")?,
+            &PacketConfig::default(),
+        )?)
+    })?;
     let receiver = ns_a.enter(|| UdpSocket::bind((a_addr, 7777)))?;
     receiver.set_read_timeout(Some(Duration::from_secs(5)))?;
 
@@ -93,12 +121,23 @@ fn frame_put_on_the_packet_tx_ring_leaves_on_the_wire() -> Result<()> {
     assert!(sock.kick_tx()?);
     for _ in 0..2 {
         let mut buf = [0u8; 128];
-        let (len, from) = receiver.recv_from(&mut buf).context("frame never reached the peer")?;
+        let (len, from) = receiver
+            .recv_from(&mut buf)
+            .context("frame never reached the peer")?;
         assert_eq!(&buf[..len], payload);
         assert_eq!(from, (b_addr, 4343).into());
     }
     // A descriptor outside the caller's memory is taken and counted, not sent.
-    assert_eq!(sock.tx_burst(&mem, &[Desc { addr: 1 << 40, len: 60 }]), 1);
+    assert_eq!(
+        sock.tx_burst(
+            &mem,
+            &[Desc {
+                addr: 1 << 40,
+                len: 60
+            }]
+        ),
+        1
+    );
     assert_eq!(sock.stats()?.tx_wrong_format, 1);
     Ok(())
 }
