@@ -205,6 +205,13 @@ impl V4Writer {
             .clone()
     }
 
+    /// The entry of `chunk` if it is one of the shared uniform chunks.
+    fn uniform_entry(&self, chunk: &Arc<Chunk>) -> Option<u32> {
+        let entry = chunk.tbl24[0];
+        let shared = self.uniform.get(&entry)?;
+        Arc::ptr_eq(shared, chunk).then_some(entry)
+    }
+
     /// Forgets shared uniform chunks no table uses any more.
     pub(crate) fn trim(&mut self) {
         self.uniform.retain(|_, chunk| Arc::strong_count(chunk) > 1);
@@ -235,9 +242,18 @@ impl V4Writer {
             let count = 1usize << (24 - len);
             let last = first + count - 1;
             for chunk_index in (first / SLOTS)..=(last / SLOTS) {
-                let chunk = Arc::make_mut(&mut table.chunks[chunk_index]);
                 let lo = first.max(chunk_index * SLOTS) - chunk_index * SLOTS;
                 let hi = last.min(chunk_index * SLOTS + SLOTS - 1) - chunk_index * SLOTS;
+                if lo == 0 && hi == SLOTS - 1 {
+                    // A route of /12 or shorter over a shared uniform chunk
+                    // (the common case for short routes) swaps in another
+                    // shared chunk instead of rewriting 4096 entries.
+                    if let Some(entry) = self.uniform_entry(&table.chunks[chunk_index]) {
+                        table.chunks[chunk_index] = self.uniform_chunk(rewrite.apply(entry));
+                        continue;
+                    }
+                }
+                let chunk = Arc::make_mut(&mut table.chunks[chunk_index]);
                 for slot in lo..=hi {
                     let entry = chunk.tbl24[slot];
                     if entry & TBL8 == 0 {
