@@ -1,4 +1,5 @@
 //! The BGP speaker: codec ([`packet`]), session state machine ([`fsm`]),
 //! routing tables ([`rib`]) and the tokio tasks that run them ([`speaker`]).
 
+pub mod fsm;
 pub mod packet;
