@@ -90,6 +90,9 @@ impl Negotiated {
 }
 
 /// RFC 4271 §8.1 events, by their RFC names.
+// Messages, mostly UPDATEs, are the common input; boxing them would cost an
+// allocation each.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Input {
     /// Event 1: ManualStart.
@@ -134,6 +137,7 @@ pub enum DownReason {
 }
 
 /// Actions for the I/O side.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
     /// Open a TCP connection to the peer; answer with `TcpCrAcked` or
