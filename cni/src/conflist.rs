@@ -1,0 +1,101 @@
+//! The one conflist template (`cni/conflist/10-brindle.conflist.template`)
+//! and its rendering. deploy/ and the lab generate their conflists through
+//! [`render`]; the integration tests use it too, so what is tested is what
+//! is installed.
+
+use brindle_api::cni::NetConfList;
+use serde_json::{Value, json};
+
+/// The template, with `${NAME}` placeholders.
+pub const TEMPLATE: &str = include_str!("../conflist/10-brindle.conflist.template");
+
+/// The values to fill in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConflistParams {
+    /// `cniVersion` of the list. Debian 12's reference plugins speak up to
+    /// 1.0.0, so that is the default.
+    pub cni_version: String,
+    /// The network name.
+    pub network_name: String,
+    /// Explicit MTU; 0 derives it from the uplink.
+    pub mtu: u32,
+    /// `none`, `ipip` or `vxlan`.
+    pub encapsulation: String,
+    /// The node daemon's socket.
+    pub ctrl_socket: String,
+    /// Whether ADD fails without the daemon.
+    pub require_daemon: bool,
+    /// The `ipam` section.
+    pub ipam: Value,
+}
+
+impl Default for ConflistParams {
+    fn default() -> Self {
+        ConflistParams {
+            cni_version: "1.0.0".into(),
+            network_name: "k8s-pod-network".into(),
+            mtu: 0,
+            encapsulation: "ipip".into(),
+            ctrl_socket: brindle_api::CTRL_SOCKET.into(),
+            require_daemon: true,
+            ipam: json!({"type": "brindle-ipam"}),
+        }
+    }
+}
+
+/// Renders the template and checks that the result is a valid conflist.
+pub fn render(p: &ConflistParams) -> Result<NetConfList, serde_json::Error> {
+    let quoted = |s: &str| {
+        // The string without its JSON quotes, escaped for the template.
+        let q = Value::String(s.to_string()).to_string();
+        q[1..q.len() - 1].to_string()
+    };
+    let text = TEMPLATE
+        .replace("${CNI_VERSION}", &quoted(&p.cni_version))
+        .replace("${NETWORK_NAME}", &quoted(&p.network_name))
+        .replace("${MTU}", &p.mtu.to_string())
+        .replace("${ENCAPSULATION}", &quoted(&p.encapsulation))
+        .replace("${CTRL_SOCKET}", &quoted(&p.ctrl_socket))
+        .replace("${REQUIRE_DAEMON}", &p.require_daemon.to_string())
+        .replace("${IPAM}", &p.ipam.to_string());
+    serde_json::from_str(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Map;
+
+    use super::*;
+
+    #[test]
+    fn template_renders_to_brindle_then_tuning_bandwidth_portmap() {
+        let list = render(&ConflistParams::default()).unwrap();
+        assert_eq!(list.cni_version, "1.0.0");
+        assert_eq!(list.name, "k8s-pod-network");
+        let types: Vec<&str> = list
+            .plugins
+            .iter()
+            .map(|p| p["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["brindle", "tuning", "bandwidth", "portmap"]);
+        assert_eq!(list.plugins[0]["ipam"]["type"], "brindle-ipam");
+        assert_eq!(list.plugins[0]["requireDaemon"], true);
+    }
+
+    #[test]
+    fn the_first_plugin_config_parses_as_brindle_config() {
+        let p = ConflistParams {
+            mtu: 1400,
+            encapsulation: "vxlan".into(),
+            ctrl_socket: "/tmp/a \"quoted\" path".into(),
+            ..Default::default()
+        };
+        let list = render(&p).unwrap();
+        let conf = list.plugin_conf(0, &Map::new(), None).unwrap();
+        let conf = brindle_api::cni::NetConf::parse(conf.to_string().as_bytes()).unwrap();
+        let cfg = crate::config::BrindleConfig::from_conf(&conf).unwrap();
+        assert_eq!(cfg.explicit_mtu(), Some(1400));
+        assert_eq!(cfg.encapsulation, crate::config::Encapsulation::Vxlan);
+        assert_eq!(cfg.ctrl_socket.to_str(), Some("/tmp/a \"quoted\" path"));
+    }
+}
