@@ -272,23 +272,6 @@ fn helper_process_registers_an_oversized_umem() -> Result<()> {
     Ok(())
 }
 
-/// Decrements the IPv4 TTL with an RFC 1624 incremental checksum update.
-fn decrement_ttl(ip: &mut [u8]) -> bool {
-    if ip[8] <= 1 {
-        return false;
-    }
-    let old = u16::from_be_bytes([ip[8], ip[9]]);
-    ip[8] -= 1;
-    let new = u16::from_be_bytes([ip[8], ip[9]]);
-    let sum = u16::from_be_bytes([ip[10], ip[11]]);
-    let mut acc = u32::from(!sum) + u32::from(!old) + u32::from(new);
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(acc as u16)).to_be_bytes());
-    true
-}
-
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn shared_umem_forwarder_carries_a_real_ping_between_namespaces() -> Result<()> {
@@ -352,7 +335,16 @@ fn shared_umem_forwarder_carries_a_real_ping_between_namespaces() -> Result<()> 
     let stop = Arc::new(AtomicBool::new(false));
     let forwarder = {
         let stop = stop.clone();
-        std::thread::spawn(move || forward(umem, sock_a, sock_b, &stop))
+        std::thread::spawn(move || {
+            common::forward(
+                umem,
+                sock_a,
+                sock_b,
+                (mac(3, 1), mac(3, 2)),
+                (mac(3, 3), mac(3, 4)),
+                &stop,
+            )
+        })
     };
     let ping = ns_a.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", &net_b(2)]);
     stop.store(true, Ordering::Relaxed);
@@ -365,68 +357,6 @@ fn shared_umem_forwarder_carries_a_real_ping_between_namespaces() -> Result<()> 
     assert!(forwarded >= 6, "forwarded {forwarded} frames");
     drop((att_a, att_b, steering));
     Ok(())
-}
-
-/// The test's forwarder: frames from one socket go out of the other by
-/// descriptor, with MACs and TTL rewritten in place. Returns frames sent.
-fn forward(mut umem: Umem, a: XskSocket, b: XskSocket, stop: &AtomicBool) -> Result<u64> {
-    const A_OUT: ([u8; 6], [u8; 6]) = ([0x02, 0xb1, 0, 3, 0, 1], [0x02, 0xb1, 0, 3, 0, 2]);
-    const B_OUT: ([u8; 6], [u8; 6]) = ([0x02, 0xb1, 0, 3, 0, 3], [0x02, 0xb1, 0, 3, 0, 4]);
-    let mut free: Vec<u64> = (0..umem.frame_count())
-        .map(|i| umem.frame_addr(i))
-        .collect();
-    let mut descs = [Desc::default(); 64];
-    let mut out = [Desc::default(); 64];
-    let mut done = [0u64; 64];
-    let mut sent = 0u64;
-    let mut socks = [a, b];
-    let half = free.len() / 2;
-    let n = socks[0].fill(&free[free.len() - 128..]);
-    free.truncate(free.len() - n);
-    let n = socks[1].fill(&free[half - 128..half]);
-    free.drain(half - n..half);
-    while !stop.load(Ordering::Relaxed) {
-        for (from_a, (dst, src)) in [(true, B_OUT), (false, A_OUT)] {
-            let [a, b] = &mut socks;
-            let (rx, tx) = if from_a { (a, b) } else { (b, a) };
-            let n = rx.rx_burst(&mut descs);
-            let mut m = 0;
-            for d in &descs[..n] {
-                let keep = match umem.data_mut(*d) {
-                    Some(f) if f.len() >= 34 && f[12..14] == [0x08, 0x00] => {
-                        f[..6].copy_from_slice(&dst);
-                        f[6..12].copy_from_slice(&src);
-                        decrement_ttl(&mut f[14..34])
-                    }
-                    _ => false,
-                };
-                if keep {
-                    out[m] = *d;
-                    m += 1;
-                } else {
-                    free.push(umem.chunk_of(d.addr));
-                }
-            }
-            let taken = tx.tx_burst(&out[..m]);
-            sent += taken as u64;
-            free.extend(out[taken..m].iter().map(|d| umem.chunk_of(d.addr)));
-            tx.kick_tx()?;
-        }
-        for s in &mut socks {
-            let n = s.reap_completions(&mut done);
-            free.extend(done[..n].iter().map(|&addr| umem.chunk_of(addr)));
-        }
-        for s in &mut socks {
-            let want = free.len().min(32);
-            let n = s.fill(&free[free.len() - want..]);
-            free.truncate(free.len() - n);
-            if s.fill_needs_wakeup() {
-                s.wake_rx()?;
-            }
-        }
-        socks[0].poll_rx(1)?;
-    }
-    Ok(sent)
 }
 
 #[test]
