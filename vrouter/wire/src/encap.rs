@@ -274,3 +274,141 @@ pub fn vxlan_inner(frame: &[u8], port: u16) -> Option<VxlanDecap> {
         inner_len,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The echo request IPv4 packet Linux sent (84 bytes).
+    const INNER_HEX: &str = "45000054371e40004001b93ac0a86401c0a864fe\
+        080089916ca6000159930c6b00000000d4f5080000000000101112131415161718191a1b1c1d1e1f\
+        202122232425262728292a2b2c2d2e2f3031323334353637";
+
+    /// Outer Ethernet and IPv4 of that packet in IPIP from 192.168.100.1 to
+    /// 192.168.100.254, TTL 64, DF, ID 0, checked by hand: total length
+    /// 20 + 84 = 0x68, protocol 4, and the checksum
+    /// ~(4500+0068+0000+4000+4004+c0a8+6401+c0a8+64fe) = ~0x0fbe = 0xf041.
+    const IPIP_OUTER_HEX: &str = "02000000001a02000000000a0800\
+        4500006800004000\
+        4004f041c0a86401c0a864fe";
+
+    fn outer() -> OuterHeader {
+        OuterHeader {
+            src_mac: MacAddr([0x02, 0, 0, 0, 0, 0x0a]),
+            dst_mac: MacAddr([0x02, 0, 0, 0, 0, 0x1a]),
+            src_addr: Ipv4Addr::new(192, 168, 100, 1),
+            dst_addr: Ipv4Addr::new(192, 168, 100, 254),
+            ttl: 64,
+            tos: 0,
+            dont_frag: true,
+        }
+    }
+
+    #[test]
+    fn ipip_outer_header_matches_the_hand_checked_bytes() {
+        let inner = hex::decode(INNER_HEX).unwrap();
+        let mut frame = vec![0xa5; IPIP_HEADER_LEN + inner.len()];
+        frame[IPIP_HEADER_LEN..].copy_from_slice(&inner);
+        IpipEncap { outer: outer() }.emit(&mut frame, 0).unwrap();
+        assert_eq!(hex::encode(&frame[..IPIP_HEADER_LEN]), IPIP_OUTER_HEX);
+        assert_eq!(&frame[IPIP_HEADER_LEN..], &inner[..]);
+        assert_eq!(ipip_inner_offset(&frame), Some(IPIP_HEADER_LEN));
+    }
+
+    #[test]
+    fn ipip_decap_rejects_other_protocols_fragments_and_short_inner() {
+        let inner = hex::decode(INNER_HEX).unwrap();
+        let mut frame = vec![0; IPIP_HEADER_LEN + inner.len()];
+        frame[IPIP_HEADER_LEN..].copy_from_slice(&inner);
+        IpipEncap { outer: outer() }.emit(&mut frame, 0).unwrap();
+        let mut udp = frame.clone();
+        udp[23] = 17;
+        assert_eq!(ipip_inner_offset(&udp), None);
+        let mut frag = frame.clone();
+        frag[20] |= 0x20;
+        assert_eq!(ipip_inner_offset(&frag), None);
+        let mut short = frame[..IPIP_HEADER_LEN + 10].to_vec();
+        IpipEncap { outer: outer() }.emit(&mut short, 0).unwrap();
+        assert_eq!(ipip_inner_offset(&short), None);
+        for n in 0..frame.len() {
+            assert_eq!(ipip_inner_offset(&frame[..n]), None, "{n}");
+        }
+    }
+
+    #[test]
+    fn vxlan_encap_then_decap_gives_back_the_inner_frame() {
+        let mut inner = vec![0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01, 0x08, 0x00];
+        inner.extend_from_slice(&hex::decode(INNER_HEX).unwrap());
+        let tunnel = VxlanEncap {
+            outer: OuterHeader {
+                dont_frag: false,
+                ..outer()
+            },
+            vni: 4096,
+            dst_port: vxlan::VXLAN_PORT,
+            udp_checksum: UdpChecksum::Zero,
+        };
+        let mut frame = vec![0xa5; VXLAN_HEADER_LEN + inner.len()];
+        frame[VXLAN_HEADER_LEN..].copy_from_slice(&inner);
+        tunnel.emit(&mut frame, 7, 49152).unwrap();
+        let d = vxlan_inner(&frame, vxlan::VXLAN_PORT).unwrap();
+        assert_eq!(
+            d,
+            VxlanDecap {
+                vni: 4096,
+                outer_src: Ipv4Addr::new(192, 168, 100, 1),
+                outer_dst: Ipv4Addr::new(192, 168, 100, 254),
+                inner_offset: 50,
+                inner_len: inner.len(),
+            }
+        );
+        assert_eq!(vxlan_inner(&frame, 8472), None);
+        for n in 0..frame.len() {
+            assert_eq!(vxlan_inner(&frame[..n], vxlan::VXLAN_PORT), None, "{n}");
+        }
+        // Ethernet padding after the UDP datagram is not inner frame.
+        frame.extend_from_slice(&[0; 4]);
+        assert_eq!(
+            vxlan_inner(&frame, vxlan::VXLAN_PORT).unwrap().inner_len,
+            inner.len()
+        );
+    }
+
+    #[test]
+    fn outer_tos_copies_ecn_and_turns_ce_into_ect0() {
+        assert_eq!(outer_tos(0, 0x00), 0x00);
+        assert_eq!(outer_tos(0, 0x01), 0x01);
+        assert_eq!(outer_tos(0, 0x02), 0x02);
+        assert_eq!(outer_tos(0, 0x03), 0x02);
+        assert_eq!(outer_tos(0xb8, 0x03), 0xba);
+    }
+
+    #[test]
+    fn flow_source_port_stays_in_range() {
+        let (min, max) = VXLAN_SRC_PORT_RANGE;
+        for hash in [0u32, 1, 0xffff, 0x1234_5678, u32::MAX] {
+            let p = flow_source_port(hash, min, max);
+            assert!((min..max).contains(&p), "{p}");
+        }
+        assert_ne!(
+            flow_source_port(0x1234_5678, min, max),
+            flow_source_port(0x8765_4321, min, max)
+        );
+    }
+
+    #[test]
+    fn too_short_buffers_are_errors() {
+        let mut b = vec![0; VXLAN_HEADER_LEN - 1];
+        let t = VxlanEncap {
+            outer: outer(),
+            vni: 1,
+            dst_port: 4789,
+            udp_checksum: UdpChecksum::Compute,
+        };
+        assert_eq!(t.emit(&mut b, 0, 0), Err(Error::BufferTooSmall));
+        assert_eq!(
+            IpipEncap { outer: outer() }.emit(&mut b[..IPIP_HEADER_LEN - 1], 0),
+            Err(Error::BufferTooSmall)
+        );
+    }
+}

@@ -529,3 +529,207 @@ pub fn emit_error_in_place_with(
     ))?;
     Ok(total)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ICMP echo request Linux sent in `tests/vectors/arp_icmp_echo.hex`.
+    const ECHO_HEX: &str = "080089916ca6000159930c6b00000000d4f5080000000000\
+        101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f3031323334353637";
+
+    /// Fragmentation needed, MTU 1000, quoting a 20-byte header and 8
+    /// bytes; checksum 0x314f.
+    const FRAG_NEEDED_HEX: &str = "0304314f000003e8\
+        450004cc00004000400188ddc0a86401c0a8c801080055206aa30001";
+
+    fn bytes(h: &str) -> Vec<u8> {
+        hex::decode(h).unwrap()
+    }
+
+    #[test]
+    fn test_deconstruct() {
+        let b = bytes(ECHO_HEX);
+        let p = Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(p.msg_type(), Message::EchoRequest);
+        assert_eq!(p.msg_code(), 0);
+        assert_eq!(p.checksum(), 0x8991);
+        assert_eq!(p.echo_ident(), 0x6ca6);
+        assert_eq!(p.echo_seq_no(), 1);
+        assert!(p.verify_checksum());
+        assert_eq!(p.data(), &b[8..]);
+
+        let f = bytes(FRAG_NEEDED_HEX);
+        let p = Packet::new_checked(&f[..]).unwrap();
+        assert_eq!(p.msg_type(), Message::DstUnreachable);
+        assert!(p.msg_type().is_error());
+        assert_eq!(p.msg_code(), CODE_FRAG_NEEDED);
+        assert_eq!(p.next_hop_mtu(), 1000);
+        assert!(p.verify_checksum());
+    }
+
+    #[test]
+    fn test_construct() {
+        let b = bytes(ECHO_HEX);
+        let mut out = vec![0xa5; b.len()];
+        let mut p = Packet::new_unchecked(&mut out);
+        p.set_msg_type(Message::EchoRequest);
+        p.set_msg_code(0);
+        p.set_echo_ident(0x6ca6);
+        p.set_echo_seq_no(1);
+        p.data_mut().copy_from_slice(&b[8..]);
+        p.fill_checksum();
+        assert_eq!(out, b);
+    }
+
+    #[test]
+    fn test_parse() {
+        let b = bytes(ECHO_HEX);
+        assert_eq!(
+            Icmpv4Repr::parse(&Packet::new_unchecked(&b[..])),
+            Ok(Icmpv4Repr::EchoRequest {
+                ident: 0x6ca6,
+                seq_no: 1,
+                data: &b[8..],
+            })
+        );
+        let f = bytes(FRAG_NEEDED_HEX);
+        assert_eq!(
+            Icmpv4Repr::parse(&Packet::new_unchecked(&f[..])),
+            Ok(Icmpv4Repr::DstUnreachable {
+                code: 4,
+                next_hop_mtu: 1000,
+                data: &f[8..],
+            })
+        );
+        let mut bad = b.clone();
+        bad[9] ^= 0xff;
+        assert_eq!(
+            Icmpv4Repr::parse(&Packet::new_unchecked(&bad[..])),
+            Err(Error::Checksum)
+        );
+    }
+
+    #[test]
+    fn test_emit() {
+        let f = bytes(FRAG_NEEDED_HEX);
+        let repr = Icmpv4Repr::DstUnreachable {
+            code: 4,
+            next_hop_mtu: 1000,
+            data: &f[8..],
+        };
+        assert_eq!(repr.buffer_len(), f.len());
+        let mut out = vec![0xa5; f.len()];
+        repr.emit(&mut Packet::new_unchecked(&mut out)).unwrap();
+        assert_eq!(out, f);
+        let mut short = vec![0xa5; f.len() - 1];
+        assert_eq!(
+            repr.emit(&mut Packet::new_unchecked(&mut short)),
+            Err(Error::BufferTooSmall)
+        );
+    }
+
+    #[test]
+    fn truncated_at_every_length_is_an_error() {
+        let b = bytes(ECHO_HEX);
+        for n in 0..HEADER_LEN {
+            assert_eq!(Packet::new_checked(&b[..n]), Err(Error::Truncated));
+        }
+    }
+
+    fn header() -> ErrorHeader {
+        ErrorHeader {
+            src_mac: MacAddr([0xee; 6]),
+            dst_mac: MacAddr([0x02, 0, 0, 0, 0, 0x0a]),
+            src_addr: Ipv4Addr::new(169, 254, 1, 1),
+            ttl: 64,
+            ident: 0,
+        }
+    }
+
+    #[test]
+    fn error_in_place_behind_a_vlan_tag_quotes_the_ip_header_plus_8() {
+        // A tagged frame: the IPv4 header starts at 18.
+        let ip = bytes("450004cc00004000400188ddc0a86401c0a8c801080055206aa30001");
+        let mut buf = vec![0xa5; 18];
+        buf[12..14].copy_from_slice(&[0x81, 0x00]);
+        buf.extend_from_slice(&ip);
+        // The rest of the 1228-byte packet, which must be there.
+        buf.resize(18 + 1228, 0);
+        let len = emit_error_in_place(
+            &mut buf,
+            18,
+            Icmpv4Error::FragmentationNeeded { next_hop_mtu: 1000 },
+            &header(),
+        )
+        .unwrap();
+        assert_eq!(len, ERROR_HEADERS_LEN + 28);
+        assert_eq!(&buf[34..len], &bytes(FRAG_NEEDED_HEX)[..]);
+        assert_eq!(&buf[12..14], &[0x08, 0x00]);
+        let out = ipv4::Packet::new_checked(&buf[14..len]).unwrap();
+        assert!(out.verify_checksum());
+        assert_eq!(out.dst_addr(), Ipv4Addr::new(192, 168, 100, 1));
+        assert_eq!(out.protocol(), IpProtocol::Icmp);
+    }
+
+    #[test]
+    fn error_in_place_needs_room_and_a_valid_packet() {
+        // A whole 28-byte datagram at offset 0 of a 28-byte buffer: the
+        // error (42 + 28 bytes) does not fit.
+        let mut small = vec![0u8; 28];
+        ipv4::Ipv4Repr {
+            src_addr: Ipv4Addr::new(10, 0, 0, 1),
+            dst_addr: Ipv4Addr::new(10, 0, 0, 2),
+            protocol: IpProtocol::Udp,
+            payload_len: 8,
+            ttl: 1,
+            tos: 0,
+            ident: 0,
+            dont_frag: false,
+            more_frags: false,
+            frag_offset: 0,
+        }
+        .emit(&mut ipv4::Packet::new_unchecked(&mut small[..]))
+        .unwrap();
+        assert_eq!(
+            emit_error_in_place(&mut small, 0, Icmpv4Error::TimeExceeded, &header()),
+            Err(Error::BufferTooSmall)
+        );
+        small.resize(70, 0);
+        assert_eq!(
+            emit_error_in_place(&mut small, 0, Icmpv4Error::TimeExceeded, &header()),
+            Ok(70)
+        );
+        let mut garbage = vec![0u8; 100];
+        assert_eq!(
+            emit_error_in_place(&mut garbage, 14, Icmpv4Error::TimeExceeded, &header()),
+            Err(Error::Malformed)
+        );
+        assert_eq!(
+            emit_error_in_place(&mut garbage, 101, Icmpv4Error::TimeExceeded, &header()),
+            Err(Error::Truncated)
+        );
+    }
+
+    #[test]
+    fn errors_are_not_sent_about_errors_fragments_or_broadcasts() {
+        let echo = bytes("45000054371e40004001b93ac0a86401c0a864fe0800");
+        let p = ipv4::Packet::new_unchecked(&echo[..]);
+        assert!(may_send_error_about(&p));
+        let mut err = echo.clone();
+        err[20] = 11;
+        assert!(!may_send_error_about(&ipv4::Packet::new_unchecked(
+            &err[..]
+        )));
+        let mut frag = echo.clone();
+        frag[6..8].copy_from_slice(&[0x00, 0x10]);
+        assert!(!may_send_error_about(&ipv4::Packet::new_unchecked(
+            &frag[..]
+        )));
+        let mut bcast = echo.clone();
+        bcast[16..20].copy_from_slice(&[255; 4]);
+        assert!(!may_send_error_about(&ipv4::Packet::new_unchecked(
+            &bcast[..]
+        )));
+    }
+}
