@@ -24,7 +24,7 @@ pub use error::{Error, Result};
 pub use packet::{PacketConfig, PacketSocket, PacketStats};
 pub use socket::{BindMode, BusyPoll, XdpStats, XskConfig, XskSocket};
 pub use steer::{Role, Steering, SteeringConfig, XdpAttachment, XdpMode};
-pub use umem::{Umem, UmemConfig};
+pub use umem::{Umem, UmemConfig, UmemHandle};
 
 /// One frame in a UMEM: `len` bytes from byte `addr`; the layout of
 /// `struct xdp_desc` without its `options` word.

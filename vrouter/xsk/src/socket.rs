@@ -9,7 +9,7 @@ use crate::Desc;
 use crate::error::{Context, Error, Result};
 use crate::ring::{ConsumerRing, ProducerRing, ring_map_len};
 use crate::sys::{self, Mmap, SockaddrXdp, XdpMmapOffsets, XdpStatistics, XdpUmemReg};
-use crate::umem::Umem;
+use crate::umem::{Umem, UmemHandle};
 
 /// How the socket moves frames between the driver and the UMEM.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -145,6 +145,17 @@ impl XskSocket {
     /// queues, bind with XDP_SHARED_UMEM and receive into and transmit from
     /// the same frames. Every socket has its own fill and completion ring.
     pub fn bind(umem: &Umem, ifindex: u32, queue: u32, config: &XskConfig) -> Result<XskSocket> {
+        Self::bind_handle(umem.handle_ref(), ifindex, queue, config)
+    }
+
+    /// [`XskSocket::bind`] through a [`UmemHandle`], from a thread that does
+    /// not own the [`Umem`] (a control thread adding a pod port).
+    pub fn bind_handle(
+        umem: &UmemHandle,
+        ifindex: u32,
+        queue: u32,
+        config: &XskConfig,
+    ) -> Result<XskSocket> {
         config.validate()?;
         let mut reg = umem.registration.lock().unwrap_or_else(|e| e.into_inner());
         if reg.is_taken(ifindex, queue) {
@@ -207,7 +218,7 @@ impl XskSocket {
     }
 
     fn open(
-        umem: &Umem,
+        umem: &UmemHandle,
         ifindex: u32,
         queue: u32,
         config: &XskConfig,
@@ -217,14 +228,14 @@ impl XskSocket {
         let bfd = fd.as_fd();
         if let Shared::First { .. } = shared {
             let reg = XdpUmemReg {
-                addr: umem.mmap_addr(),
-                len: umem.config().len(),
-                chunk_size: umem.frame_size(),
-                headroom: umem.config().headroom,
+                addr: umem.mem.addr(),
+                len: umem.config.len(),
+                chunk_size: umem.config.frame_size,
+                headroom: umem.config.headroom,
                 ..Default::default()
             };
             sys::setsockopt(bfd, sys::SOL_XDP, sys::XDP_UMEM_REG, &reg).map_err(|source| {
-                memlock_error(source, "register UMEM (XDP_UMEM_REG)", umem.config().len())
+                memlock_error(source, "register UMEM (XDP_UMEM_REG)", umem.config.len())
             })?;
         }
         let ring_opt =

@@ -400,10 +400,16 @@ impl Mmap {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
-    /// The whole mapping as writable bytes.
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: ptr..ptr+len is a live mapping owned by self, borrowed
-        // exclusively through `&mut self`.
+    /// The whole mapping as writable bytes, through a shared `Mmap`.
+    ///
+    /// Only [`crate::Umem::as_mut_slice`] calls this, from `&mut Umem`; the
+    /// other holders of the UMEM's `Arc<Mmap>` (`UmemHandle`) only read its
+    /// address, never its bytes, so the returned borrow is exclusive.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) fn as_mut_slice_exclusive(&self) -> &mut [u8] {
+        // SAFETY: ptr..ptr+len is a live mapping owned by self; by the
+        // contract above no other Rust reference into it exists while the
+        // returned one (tied to the caller's `&mut Umem`) lives.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 

@@ -86,15 +86,33 @@ impl Registration {
 /// The frame region. Not `Clone`: exactly one owner reads and writes frames;
 /// sockets refer to it only through the kernel's registration.
 pub struct Umem {
-    mem: Mmap,
-    config: UmemConfig,
+    handle: UmemHandle,
+}
+
+/// A cloneable, `Send` handle on a [`Umem`] that binds sockets on it (see
+/// [`crate::XskSocket::bind_handle`]) but cannot touch its frames: a control
+/// thread binds a new pod port's socket while the worker keeps the `Umem`
+/// itself. It keeps the mapping alive, so the kernel never registers memory
+/// that has been unmapped.
+#[derive(Clone)]
+pub struct UmemHandle {
+    pub(crate) mem: Arc<Mmap>,
+    pub(crate) config: UmemConfig,
     pub(crate) registration: Arc<Mutex<Registration>>,
+}
+
+impl std::fmt::Debug for UmemHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UmemHandle")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Umem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Umem")
-            .field("config", &self.config)
+            .field("config", &self.config())
             .finish_non_exhaustive()
     }
 }
@@ -107,45 +125,54 @@ impl Umem {
         config.validate()?;
         let mem = Mmap::anonymous(config.len() as usize).ctx("mmap UMEM")?;
         Ok(Umem {
-            mem,
-            config,
-            registration: Arc::default(),
+            handle: UmemHandle {
+                mem: Arc::new(mem),
+                config,
+                registration: Arc::default(),
+            },
         })
+    }
+
+    /// A handle that binds sockets on this UMEM from another thread.
+    pub fn handle(&self) -> UmemHandle {
+        self.handle.clone()
     }
 
     /// The configuration it was made with.
     pub fn config(&self) -> UmemConfig {
-        self.config
+        self.handle.config
     }
 
     /// Chunk size in bytes.
     pub fn frame_size(&self) -> u32 {
-        self.config.frame_size
+        self.handle.config.frame_size
     }
 
     /// Number of chunks.
     pub fn frame_count(&self) -> u32 {
-        self.config.frame_count
+        self.handle.config.frame_count
     }
 
     /// Address of chunk `index`.
     pub fn frame_addr(&self, index: u32) -> u64 {
-        u64::from(index) * u64::from(self.config.frame_size)
+        u64::from(index) * u64::from(self.frame_size())
     }
 
     /// The start address of the chunk holding `addr`.
     pub fn chunk_of(&self, addr: u64) -> u64 {
-        addr & !(u64::from(self.config.frame_size) - 1)
+        addr & !(u64::from(self.frame_size()) - 1)
     }
 
     /// The whole region.
     pub fn as_slice(&self) -> &[u8] {
-        self.mem.as_slice()
+        self.handle.mem.as_slice()
     }
 
     /// The whole region, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        self.mem.as_mut_slice()
+        // Umem is not Clone and UmemHandle exposes no bytes, so `&mut self`
+        // is the only way to the frames: the borrow is exclusive.
+        self.handle.mem.as_mut_slice_exclusive()
     }
 
     /// A frame's bytes, or `None` if the descriptor falls outside the region.
@@ -162,8 +189,8 @@ impl Umem {
             .get_mut(start..start.checked_add(d.len as usize)?)
     }
 
-    pub(crate) fn mmap_addr(&self) -> u64 {
-        self.mem.addr()
+    pub(crate) fn handle_ref(&self) -> &UmemHandle {
+        &self.handle
     }
 }
 

@@ -318,20 +318,25 @@ fn shared_umem_forwarder_carries_a_real_ping_between_namespaces() -> Result<()> 
         ns.ip(&["route", "add", &remote, "via", &gw])?;
     }
 
-    let (umem, sock_a, sock_b, steering, att_a, att_b) = ns_f.enter(|| -> Result<_> {
+    let (umem, sock_a, steering, att_a, att_b) = ns_f.enter(|| -> Result<_> {
         let umem = small_umem(1024)?;
         let (ia, ib) = (ifindex("fa")?, ifindex("fb")?);
-        // The first socket registers the UMEM, the second shares it.
+        // The first socket registers the UMEM.
         let sock_a = XskSocket::bind(&umem, ia, 0, &small_config())?;
-        let sock_b = XskSocket::bind(&umem, ib, 0, &small_config())?;
         let steering = Steering::new(SteeringConfig::default())?;
         let att_a = steering.attach(ia, Role::All, XdpMode::Auto)?;
         let att_b = steering.attach(ib, Role::All, XdpMode::Auto)?;
         att_a.set_socket(&sock_a)?;
-        att_b.set_socket(&sock_b)?;
-        Ok((umem, sock_a, sock_b, steering, att_a, att_b))
+        Ok((umem, sock_a, steering, att_a, att_b))
     })?;
-
+    // The second shares it, bound from another thread through a handle, as
+    // a control thread adds a port while a worker owns the UMEM.
+    let handle = umem.handle();
+    let sock_b = ns_f.enter(|| -> Result<_> {
+        let sock_b = XskSocket::bind_handle(&handle, ifindex("fb")?, 0, &small_config())?;
+        att_b.set_socket(&sock_b)?;
+        Ok(sock_b)
+    })?;
     let stop = Arc::new(AtomicBool::new(false));
     let forwarder = {
         let stop = stop.clone();
