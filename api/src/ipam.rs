@@ -196,7 +196,8 @@ fn yes() -> bool {
 /// One assigned address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AssignedAddress {
-    /// The address with the prefix length of its pool (CNI `ips[].address`).
+    /// The address as a host prefix (/32 or /128), as Calico hands them out:
+    /// a pod reaches everything through its routed veth (CNI `ips[].address`).
     pub address: IpNet,
     /// The pool it came from.
     pub pool: String,

@@ -1,0 +1,1002 @@
+//! Allocation, release, views and garbage collection over a [`Datastore`].
+//!
+//! Keys, under the configured prefix `P`:
+//!
+//! | key | value |
+//! |---|---|
+//! | `P/config/ipam` | [`IpamConfig`] |
+//! | `P/config/pools/<name>` | [`Pool`] |
+//! | `P/config/reservations/<name>` | [`Reservation`] |
+//! | `P/blocks/<addr>-<len>` | [`Block`] (allocations and affinity) |
+//! | `P/affinity/<node>/<addr>-<len>` | pool name (index of the node's blocks) |
+//! | `P/handles/<network>/<container>/<ifname>` | [`HandleRecord`] |
+//!
+//! Every change is one transaction that compares the revisions of every key
+//! it read and depends on (the block, the handle, the absence of a new block)
+//! and writes the block, the affinity index and the handle together, so an
+//! address is in a block's allocations exactly when it is in its handle's
+//! record. A failed compare means someone else changed what we read: re-read
+//! and try again.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use brindle_api::framing::RemoteErrorKind;
+use brindle_api::ipam::{
+    AssignedAddress, Attachment, Attributes, BlockView, GcReport, HandleId, HandleView, IpamStatus,
+    PoolView,
+};
+use ipnet::IpNet;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::model::{Block, HandleRecord, IpamConfig, ModelError, Pool, Reservation};
+use crate::store::{Compare, Datastore, Entry, ScopeGuard, StoreError, Write};
+
+/// Why an IPAM operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IpamError {
+    /// The request is malformed (bad handle, unknown pool, bad node name).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// A pool or config given to the IPAM is not valid.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// No address is free for this node.
+    #[error("no free address: {0}")]
+    Exhausted(String),
+    /// The thing asked about does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// Too many concurrent updates beat us; try again.
+    #[error("too much contention: {0}")]
+    Contention(String),
+    /// The datastore failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl IpamError {
+    /// The socket protocol's error class for this error.
+    pub fn kind(&self) -> RemoteErrorKind {
+        match self {
+            IpamError::InvalidRequest(_) | IpamError::Model(_) => RemoteErrorKind::InvalidRequest,
+            IpamError::Exhausted(_) => RemoteErrorKind::Exhausted,
+            IpamError::NotFound(_) => RemoteErrorKind::NotFound,
+            IpamError::Contention(_) | IpamError::Store(StoreError::Unavailable(_)) => {
+                RemoteErrorKind::TryAgainLater
+            }
+            IpamError::Store(_) => RemoteErrorKind::Internal,
+        }
+    }
+}
+
+/// An allocation request (the library form of `IpamOp::IpamAllocate`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocateArgs {
+    /// The allocation's key.
+    pub handle: HandleId,
+    /// The node it is for.
+    pub node: String,
+    /// The node's labels, for pool selectors.
+    pub node_labels: BTreeMap<String, String>,
+    /// Pod namespace and name; `node` is filled from `node`.
+    pub attrs: Attributes,
+    /// Restrict to these pools (empty: all).
+    pub pools: Vec<String>,
+    /// Want an IPv4 address.
+    pub ipv4: bool,
+    /// Want an IPv6 address.
+    pub ipv6: bool,
+}
+
+impl AllocateArgs {
+    /// An IPv4-only request with no labels or attributes.
+    pub fn v4(handle: HandleId, node: &str) -> Self {
+        AllocateArgs {
+            handle,
+            node: node.to_owned(),
+            node_labels: BTreeMap::new(),
+            attrs: Attributes::default(),
+            pools: Vec::new(),
+            ipv4: true,
+            ipv6: false,
+        }
+    }
+}
+
+/// The configuration snapshot one operation works from.
+#[derive(Debug, Clone, Default)]
+struct Snapshot {
+    config: IpamConfig,
+    pools: Vec<Pool>,
+    reserved: Vec<IpNet>,
+}
+
+impl Snapshot {
+    fn pool(&self, name: &str) -> Option<&Pool> {
+        self.pools.iter().find(|p| p.name == name)
+    }
+
+    fn pool_of(&self, ip: IpAddr) -> Option<&Pool> {
+        self.pools.iter().find(|p| p.cidr.contains(&ip))
+    }
+}
+
+/// A problem found by [`Ipam::audit`].
+pub type AuditProblem = String;
+
+/// The IPAM over one datastore.
+pub struct Ipam<S> {
+    store: S,
+    prefix: String,
+    retry_deadline: Duration,
+}
+
+const MAX_CONFLICTS: u32 = 200;
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    // Serialising our own plain structs to JSON cannot fail.
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+fn decode<T: DeserializeOwned>(e: &Entry) -> Result<T, IpamError> {
+    serde_json::from_slice(&e.value)
+        .map_err(|err| IpamError::Store(StoreError::Corrupt(format!("{}: {err}", e.key))))
+}
+
+fn net_key(n: &IpNet) -> String {
+    format!("{}-{}", n.addr(), n.prefix_len())
+}
+
+fn host_net(ip: IpAddr) -> IpNet {
+    IpNet::from(ip)
+}
+
+fn validate_node(node: &str) -> Result<(), IpamError> {
+    if node.is_empty()
+        || node.len() > 253
+        || node
+            .chars()
+            .any(|c| c == '/' || c.is_whitespace() || c.is_control())
+    {
+        return Err(IpamError::InvalidRequest(format!(
+            "node name {node:?} must be 1-253 characters without '/' or whitespace"
+        )));
+    }
+    Ok(())
+}
+
+/// FNV-1a, to spread the first block each node tries to claim.
+fn spread(node: &str) -> u64 {
+    node.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// What one attempt at a step concluded.
+enum Attempt<T> {
+    Done(T),
+    /// A compare failed: re-read and retry.
+    Conflict,
+}
+
+impl<S: Datastore> Ipam<S> {
+    /// The IPAM over `store` with its keys under `prefix` (e.g. `/brindle/ipam`).
+    pub fn new(store: S, prefix: &str) -> Self {
+        Ipam {
+            store,
+            prefix: prefix.trim_end_matches('/').to_owned(),
+            retry_deadline: Duration::from_secs(30),
+        }
+    }
+
+    /// How long an operation keeps retrying an unavailable datastore.
+    pub fn with_retry_deadline(mut self, d: Duration) -> Self {
+        self.retry_deadline = d;
+        self
+    }
+
+    /// The datastore.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    fn k_config(&self) -> String {
+        format!("{}/config/", self.prefix)
+    }
+    fn k_ipam_config(&self) -> String {
+        format!("{}/config/ipam", self.prefix)
+    }
+    fn k_pool(&self, name: &str) -> String {
+        format!("{}/config/pools/{name}", self.prefix)
+    }
+    fn k_reservation(&self, name: &str) -> String {
+        format!("{}/config/reservations/{name}", self.prefix)
+    }
+    fn k_blocks(&self) -> String {
+        format!("{}/blocks/", self.prefix)
+    }
+    fn k_block(&self, cidr: &IpNet) -> String {
+        format!("{}/blocks/{}", self.prefix, net_key(cidr))
+    }
+    fn k_affinities(&self, node: &str) -> String {
+        format!("{}/affinity/{node}/", self.prefix)
+    }
+    fn k_affinity(&self, node: &str, cidr: &IpNet) -> String {
+        format!("{}/affinity/{node}/{}", self.prefix, net_key(cidr))
+    }
+    fn k_handles(&self) -> String {
+        format!("{}/handles/", self.prefix)
+    }
+    fn k_handle(&self, h: &HandleId) -> String {
+        format!(
+            "{}/handles/{}/{}/{}",
+            self.prefix, h.network, h.container_id, h.ifname
+        )
+    }
+
+    fn scope(&self) -> Result<ScopeGuard<'_>, IpamError> {
+        Ok(ScopeGuard::begin(&self.store as &dyn Datastore)?)
+    }
+
+    /// Runs `step` until it is done, re-running it after a conflict (with a
+    /// growing, jittered pause once conflicts repeat) and after an unavailable
+    /// datastore until the retry deadline.
+    fn retry<T>(
+        &self,
+        what: &str,
+        mut step: impl FnMut() -> Result<Attempt<T>, IpamError>,
+    ) -> Result<T, IpamError> {
+        let deadline = Instant::now() + self.retry_deadline;
+        let mut conflicts = 0u32;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match step() {
+                Ok(Attempt::Done(v)) => return Ok(v),
+                Ok(Attempt::Conflict) => {
+                    conflicts += 1;
+                    if conflicts >= MAX_CONFLICTS {
+                        return Err(IpamError::Contention(format!(
+                            "{what}: {conflicts} conflicting updates in a row"
+                        )));
+                    }
+                    if conflicts > 3 {
+                        let jitter = rand::random_range(0..=u64::from(conflicts.min(20)) * 100);
+                        std::thread::sleep(Duration::from_micros(jitter));
+                    }
+                }
+                Err(IpamError::Store(StoreError::Unavailable(msg))) => {
+                    if Instant::now() + pause > deadline {
+                        return Err(IpamError::Store(StoreError::Unavailable(msg)));
+                    }
+                    tracing::warn!(what, error = %msg, "datastore unavailable, retrying");
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Result<Snapshot, IpamError> {
+        let mut snap = Snapshot::default();
+        let pools_prefix = self.k_pool("");
+        let res_prefix = self.k_reservation("");
+        for e in self.store.list(&self.k_config())? {
+            if e.key == self.k_ipam_config() {
+                snap.config = decode(&e)?;
+            } else if e.key.starts_with(&pools_prefix) {
+                snap.pools.push(decode(&e)?);
+            } else if e.key.starts_with(&res_prefix) {
+                let r: Reservation = decode(&e)?;
+                snap.reserved.extend(r.cidrs);
+            }
+        }
+        Ok(snap)
+    }
+
+    // ===== configuration =====
+
+    /// Creates or replaces a pool. A pool may not overlap another one, and a
+    /// pool that has blocks keeps its CIDR and block size.
+    pub fn put_pool(&self, pool: &Pool) -> Result<(), IpamError> {
+        pool.validate()?;
+        let _scope = self.scope()?;
+        self.retry("put pool", || {
+            let snap = self.snapshot()?;
+            if let Some(other) = snap.pools.iter().find(|p| {
+                p.name != pool.name
+                    && (p.cidr.contains(&pool.cidr.network())
+                        || pool.cidr.contains(&p.cidr.network()))
+            }) {
+                return Err(IpamError::InvalidRequest(format!(
+                    "pool {} ({}) overlaps pool {} ({})",
+                    pool.name, pool.cidr, other.name, other.cidr
+                )));
+            }
+            let key = self.k_pool(&pool.name);
+            let existing = self.store.get(&key)?;
+            if let Some(e) = &existing {
+                let old: Pool = decode(e)?;
+                let in_use = self
+                    .store
+                    .list(&self.k_blocks())?
+                    .iter()
+                    .filter_map(|b| decode::<Block>(b).ok())
+                    .any(|b| b.pool == old.name);
+                if in_use && (old.cidr != pool.cidr || old.block_prefix() != pool.block_prefix()) {
+                    return Err(IpamError::InvalidRequest(format!(
+                        "pool {} has blocks: its CIDR and block size cannot change",
+                        pool.name
+                    )));
+                }
+            }
+            let ok = self.store.txn(
+                &[Compare::unchanged(&key, existing.as_ref())],
+                &[Write::Put(key.clone(), encode(pool))],
+            )?;
+            Ok(if ok {
+                Attempt::Done(())
+            } else {
+                Attempt::Conflict
+            })
+        })
+    }
+
+    /// Sets the cluster-wide IPAM settings.
+    pub fn set_config(&self, config: &IpamConfig) -> Result<(), IpamError> {
+        let _scope = self.scope()?;
+        let key = self.k_ipam_config();
+        self.store.txn(&[], &[Write::Put(key, encode(config))])?;
+        Ok(())
+    }
+
+    /// Creates or replaces a reservation.
+    pub fn put_reservation(&self, r: &Reservation) -> Result<(), IpamError> {
+        if r.name.is_empty() || r.name.contains('/') {
+            return Err(IpamError::InvalidRequest(format!(
+                "reservation name {:?}",
+                r.name
+            )));
+        }
+        let _scope = self.scope()?;
+        self.store
+            .txn(&[], &[Write::Put(self.k_reservation(&r.name), encode(r))])?;
+        Ok(())
+    }
+
+    // ===== allocation =====
+
+    /// Allocates one address per requested family for `args.handle`.
+    /// Idempotent: addresses the handle already holds are returned again.
+    pub fn allocate(&self, args: &AllocateArgs) -> Result<Vec<AssignedAddress>, IpamError> {
+        args.handle.validate().map_err(IpamError::InvalidRequest)?;
+        validate_node(&args.node)?;
+        if !args.ipv4 && !args.ipv6 {
+            return Err(IpamError::InvalidRequest(
+                "neither IPv4 nor IPv6 requested".into(),
+            ));
+        }
+        let _scope = self.scope()?;
+        let mut out = Vec::new();
+        for v6 in [false, true] {
+            if (v6 && !args.ipv6) || (!v6 && !args.ipv4) {
+                continue;
+            }
+            let assigned = self.retry("allocate", || self.allocate_family(args, v6))?;
+            out.push(assigned);
+        }
+        Ok(out)
+    }
+
+    fn allocate_family(
+        &self,
+        args: &AllocateArgs,
+        v6: bool,
+    ) -> Result<Attempt<AssignedAddress>, IpamError> {
+        let family = if v6 { "IPv6" } else { "IPv4" };
+        let hkey = self.k_handle(&args.handle);
+        let handle_entry = self.store.get(&hkey)?;
+        let record: Option<HandleRecord> = handle_entry.as_ref().map(decode).transpose()?;
+        let snap = self.snapshot()?;
+
+        if let Some(rec) = &record
+            && let Some(ip) = rec.addresses.iter().find(|ip| ip.is_ipv6() == v6)
+        {
+            let pool = snap.pool_of(*ip);
+            return Ok(Attempt::Done(AssignedAddress {
+                address: host_net(*ip),
+                pool: pool.map(|p| p.name.clone()).unwrap_or_default(),
+                block: pool
+                    .and_then(|p| p.block_of(*ip))
+                    .unwrap_or_else(|| host_net(*ip)),
+            }));
+        }
+
+        for name in &args.pools {
+            if snap.pool(name).is_none() {
+                return Err(IpamError::InvalidRequest(format!("no pool named {name:?}")));
+            }
+        }
+        let eligible: Vec<&Pool> = snap
+            .pools
+            .iter()
+            .filter(|p| p.cidr.addr().is_ipv6() == v6 && !p.disabled)
+            .filter(|p| args.pools.is_empty() || args.pools.contains(&p.name))
+            .filter(|p| p.selects(&args.node_labels))
+            .collect();
+        if eligible.is_empty() {
+            return Err(IpamError::Exhausted(format!(
+                "no enabled {family} pool selects node {}",
+                args.node
+            )));
+        }
+        let is_eligible = |name: &str| eligible.iter().any(|p| p.name == name);
+
+        // 1. A free address in a block affine to this node.
+        let affinities = self.store.list(&self.k_affinities(&args.node))?;
+        for a in &affinities {
+            let Some(cidr_key) = a.key.rsplit('/').next() else {
+                continue;
+            };
+            let bkey = format!("{}{}", self.k_blocks(), cidr_key);
+            let Some(be) = self.store.get(&bkey)? else {
+                continue;
+            };
+            let block: Block = decode(&be)?;
+            if !is_eligible(&block.pool) || block.affinity.as_deref() != Some(args.node.as_str()) {
+                continue;
+            }
+            if let Some(pool) = snap.pool(&block.pool)
+                && let Some(ord) = block.first_free(pool, &snap.reserved)
+            {
+                return self.commit_in_block(
+                    args,
+                    &hkey,
+                    handle_entry.as_ref(),
+                    record.as_ref(),
+                    &be,
+                    block,
+                    ord,
+                );
+            }
+        }
+
+        // 2. Claim a new block for this node.
+        let all_blocks = self.store.list(&self.k_blocks())?;
+        let under_cap = snap.config.max_blocks_per_host == 0
+            || (affinities.len() as u64) < u64::from(snap.config.max_blocks_per_host);
+        if under_cap {
+            let taken: HashSet<&str> = all_blocks
+                .iter()
+                .filter_map(|e| e.key.rsplit('/').next())
+                .collect();
+            for pool in &eligible {
+                if let Some(cidr) = self.free_block(pool, &taken, &snap, &args.node) {
+                    let mut block = Block::new(cidr, &pool.name, Some(&args.node));
+                    let Some(ord) = block.first_free(pool, &snap.reserved) else {
+                        continue;
+                    };
+                    block.allocations.insert(ord, args.handle.clone());
+                    let ip = block.address(ord);
+                    let rec = self.record_with(args, record.as_ref(), ip);
+                    let bkey = self.k_block(&cidr);
+                    let ok = self.store.txn(
+                        &[
+                            Compare::Absent(bkey.clone()),
+                            Compare::unchanged(&hkey, handle_entry.as_ref()),
+                        ],
+                        &[
+                            Write::Put(bkey, encode(&block)),
+                            Write::Put(
+                                self.k_affinity(&args.node, &cidr),
+                                pool.name.clone().into_bytes(),
+                            ),
+                            Write::Put(hkey.clone(), encode(&rec)),
+                        ],
+                    )?;
+                    if !ok {
+                        return Ok(Attempt::Conflict);
+                    }
+                    tracing::debug!(node = %args.node, block = %cidr, "claimed block");
+                    return Ok(Attempt::Done(AssignedAddress {
+                        address: host_net(ip),
+                        pool: pool.name.clone(),
+                        block: cidr,
+                    }));
+                }
+            }
+        }
+
+        // 3. Borrow from any block of an eligible pool, unless affinity is strict.
+        if !snap.config.strict_affinity {
+            for be in &all_blocks {
+                let block: Block = decode(be)?;
+                if !is_eligible(&block.pool) {
+                    continue;
+                }
+                if let Some(pool) = snap.pool(&block.pool)
+                    && let Some(ord) = block.first_free(pool, &snap.reserved)
+                {
+                    return self.commit_in_block(
+                        args,
+                        &hkey,
+                        handle_entry.as_ref(),
+                        record.as_ref(),
+                        be,
+                        block,
+                        ord,
+                    );
+                }
+            }
+        }
+        Err(IpamError::Exhausted(format!(
+            "no free {family} address for node {} (strict affinity {}, blocks {}/{})",
+            args.node,
+            snap.config.strict_affinity,
+            affinities.len(),
+            if snap.config.max_blocks_per_host == 0 {
+                "unlimited".to_owned()
+            } else {
+                snap.config.max_blocks_per_host.to_string()
+            }
+        )))
+    }
+
+    fn record_with(
+        &self,
+        args: &AllocateArgs,
+        record: Option<&HandleRecord>,
+        ip: IpAddr,
+    ) -> HandleRecord {
+        let mut rec = record.cloned().unwrap_or_else(|| HandleRecord {
+            handle: args.handle.clone(),
+            attrs: Attributes {
+                node: args.node.clone(),
+                ..args.attrs.clone()
+            },
+            addresses: BTreeSet::new(),
+        });
+        rec.addresses.insert(ip);
+        rec
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn commit_in_block(
+        &self,
+        args: &AllocateArgs,
+        hkey: &str,
+        handle_entry: Option<&Entry>,
+        record: Option<&HandleRecord>,
+        block_entry: &Entry,
+        mut block: Block,
+        ord: u32,
+    ) -> Result<Attempt<AssignedAddress>, IpamError> {
+        block.allocations.insert(ord, args.handle.clone());
+        let ip = block.address(ord);
+        let rec = self.record_with(args, record, ip);
+        let ok = self.store.txn(
+            &[
+                Compare::Revision(block_entry.key.clone(), block_entry.revision),
+                Compare::unchanged(hkey, handle_entry),
+            ],
+            &[
+                Write::Put(block_entry.key.clone(), encode(&block)),
+                Write::Put(hkey.to_owned(), encode(&rec)),
+            ],
+        )?;
+        if !ok {
+            return Ok(Attempt::Conflict);
+        }
+        Ok(Attempt::Done(AssignedAddress {
+            address: host_net(ip),
+            pool: block.pool.clone(),
+            block: block.cidr,
+        }))
+    }
+
+    /// A block of `pool` nobody holds and with a usable address, searched from
+    /// a node-specific starting point so that nodes claiming at once rarely
+    /// collide.
+    fn free_block(
+        &self,
+        pool: &Pool,
+        taken: &HashSet<&str>,
+        snap: &Snapshot,
+        node: &str,
+    ) -> Option<IpNet> {
+        let count = pool.block_count();
+        let start = u128::from(spread(node)) % count;
+        // Every taken block can cost one probe; a bounded number of fully
+        // reserved ones more.
+        let probes = (taken.len() as u128 + 4096).min(count);
+        (0..probes).find_map(|i| {
+            let cidr = pool.block_at((start + i) % count)?;
+            if taken.contains(net_key(&cidr).as_str()) {
+                return None;
+            }
+            let b = Block::new(cidr, &pool.name, None);
+            b.first_free(pool, &snap.reserved).map(|_| cidr)
+        })
+    }
+
+    // ===== release =====
+
+    /// Finds the block holding `ip`: computed from its pool, or by scanning
+    /// when the pool is gone.
+    fn block_entry_of(&self, snap: &Snapshot, ip: IpAddr) -> Result<Option<Entry>, IpamError> {
+        if let Some(cidr) = snap.pool_of(ip).and_then(|p| p.block_of(ip)) {
+            return Ok(self.store.get(&self.k_block(&cidr))?);
+        }
+        for e in self.store.list(&self.k_blocks())? {
+            let b: Block = decode(&e)?;
+            if b.cidr.contains(&ip) {
+                return Ok(Some(e));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Releases everything `handle` holds. An unknown handle releases nothing
+    /// (CNI DEL is idempotent).
+    pub fn release_handle(&self, handle: &HandleId) -> Result<Vec<IpAddr>, IpamError> {
+        handle.validate().map_err(IpamError::InvalidRequest)?;
+        let _scope = self.scope()?;
+        self.retry("release", || self.release_handle_once(handle))
+    }
+
+    fn release_handle_once(&self, handle: &HandleId) -> Result<Attempt<Vec<IpAddr>>, IpamError> {
+        let hkey = self.k_handle(handle);
+        let Some(he) = self.store.get(&hkey)? else {
+            return Ok(Attempt::Done(Vec::new()));
+        };
+        let rec: HandleRecord = decode(&he)?;
+        let snap = self.snapshot()?;
+        let mut compares = vec![Compare::Revision(hkey.clone(), he.revision)];
+        let mut blocks: BTreeMap<String, Block> = BTreeMap::new();
+        let mut released = Vec::new();
+        for ip in &rec.addresses {
+            let Some(be) = self.block_entry_of(&snap, *ip)? else {
+                tracing::warn!(%ip, handle = %handle, "address of handle is in no block");
+                continue;
+            };
+            if !blocks.contains_key(&be.key) {
+                compares.push(Compare::Revision(be.key.clone(), be.revision));
+                blocks.insert(be.key.clone(), decode(&be)?);
+            }
+            if let Some(block) = blocks.get_mut(&be.key)
+                && let Some(ord) = block.ordinal(*ip)
+                && block.allocations.get(&ord) == Some(handle)
+            {
+                block.allocations.remove(&ord);
+                released.push(*ip);
+            }
+        }
+        let mut writes: Vec<Write> = blocks
+            .iter()
+            .map(|(k, b)| Write::Put(k.clone(), encode(b)))
+            .collect();
+        writes.push(Write::Delete(hkey));
+        if self.store.txn(&compares, &writes)? {
+            Ok(Attempt::Done(released))
+        } else {
+            Ok(Attempt::Conflict)
+        }
+    }
+
+    /// Releases one address whoever holds it; `None` when it was free.
+    pub fn release_address(&self, ip: IpAddr) -> Result<Option<IpAddr>, IpamError> {
+        let _scope = self.scope()?;
+        self.retry("release address", || {
+            let snap = self.snapshot()?;
+            let Some(be) = self.block_entry_of(&snap, ip)? else {
+                return Ok(Attempt::Done(None));
+            };
+            let mut block: Block = decode(&be)?;
+            let Some(ord) = block.ordinal(ip) else {
+                return Ok(Attempt::Done(None));
+            };
+            let Some(handle) = block.allocations.remove(&ord) else {
+                return Ok(Attempt::Done(None));
+            };
+            let hkey = self.k_handle(&handle);
+            let he = self.store.get(&hkey)?;
+            let mut compares = vec![
+                Compare::Revision(be.key.clone(), be.revision),
+                Compare::unchanged(&hkey, he.as_ref()),
+            ];
+            let mut writes = vec![Write::Put(be.key.clone(), encode(&block))];
+            if let Some(he) = &he {
+                let mut rec: HandleRecord = decode(he)?;
+                rec.addresses.remove(&ip);
+                if rec.addresses.is_empty() {
+                    writes.push(Write::Delete(hkey.clone()));
+                } else {
+                    writes.push(Write::Put(hkey.clone(), encode(&rec)));
+                }
+            } else {
+                compares.truncate(1);
+            }
+            Ok(if self.store.txn(&compares, &writes)? {
+                Attempt::Done(Some(ip))
+            } else {
+                Attempt::Conflict
+            })
+        })
+    }
+
+    // ===== views =====
+
+    /// What `handle` holds.
+    pub fn query_handle(&self, handle: &HandleId) -> Result<Option<HandleView>, IpamError> {
+        handle.validate().map_err(IpamError::InvalidRequest)?;
+        let _scope = self.scope()?;
+        let e = self.store.get(&self.k_handle(handle))?;
+        e.map(|e| decode::<HandleRecord>(&e).map(view_of_handle))
+            .transpose()
+    }
+
+    /// Every handle.
+    pub fn handles(&self) -> Result<Vec<HandleView>, IpamError> {
+        let _scope = self.scope()?;
+        self.store
+            .list(&self.k_handles())?
+            .iter()
+            .map(|e| decode::<HandleRecord>(e).map(view_of_handle))
+            .collect()
+    }
+
+    /// Every pool with its usage.
+    pub fn pools(&self) -> Result<Vec<PoolView>, IpamError> {
+        let _scope = self.scope()?;
+        let snap = self.snapshot()?;
+        let blocks = self.all_blocks()?;
+        Ok(snap
+            .pools
+            .iter()
+            .map(|p| {
+                let mine = blocks.iter().filter(|(_, b)| b.pool == p.name);
+                PoolView {
+                    name: p.name.clone(),
+                    cidr: p.cidr,
+                    block_size: p.block_prefix(),
+                    encapsulation: p.encapsulation.as_str().to_owned(),
+                    nat_outgoing: p.nat_outgoing,
+                    node_selector: if p.node_selector.is_empty() {
+                        "all()".to_owned()
+                    } else {
+                        p.node_selector.clone()
+                    },
+                    disabled: p.disabled,
+                    blocks: mine.clone().count() as u64,
+                    capacity: p.capacity(),
+                    allocated: mine.map(|(_, b)| b.allocations.len() as u64).sum(),
+                }
+            })
+            .collect())
+    }
+
+    /// Every block with affinity and usage.
+    pub fn blocks(&self) -> Result<Vec<BlockView>, IpamError> {
+        let _scope = self.scope()?;
+        let snap = self.snapshot()?;
+        Ok(self
+            .all_blocks()?
+            .into_iter()
+            .map(|(_, b)| BlockView {
+                usable: snap
+                    .pool(&b.pool)
+                    .map(|p| u64::from(b.usable_count(p, &snap.reserved)))
+                    .unwrap_or(0),
+                allocated: b.allocations.len() as u64,
+                cidr: b.cidr,
+                pool: b.pool,
+                affinity: b.affinity,
+            })
+            .collect())
+    }
+
+    fn all_blocks(&self) -> Result<Vec<(Entry, Block)>, IpamError> {
+        self.store
+            .list(&self.k_blocks())?
+            .into_iter()
+            .map(|e| decode(&e).map(|b| (e, b)))
+            .collect()
+    }
+
+    /// Whether the datastore answers, and how much is free.
+    pub fn status(&self) -> Result<IpamStatus, IpamError> {
+        let _scope = self.scope()?;
+        let snap = self.snapshot()?;
+        let blocks = self.all_blocks()?;
+        let mut free: u128 = 0;
+        let mut pools = 0;
+        for p in snap.pools.iter().filter(|p| !p.disabled) {
+            pools += 1;
+            let used: u128 = blocks
+                .iter()
+                .filter(|(_, b)| b.pool == p.name)
+                .map(|(_, b)| b.allocations.len() as u128)
+                .sum();
+            free = free.saturating_add(p.capacity().saturating_sub(used));
+        }
+        Ok(IpamStatus {
+            datastore: self.store.kind().to_owned(),
+            pools,
+            free: u64::try_from(free).unwrap_or(u64::MAX),
+        })
+    }
+
+    // ===== garbage collection =====
+
+    /// CNI GC: releases every handle of `network` on `node` that is not one of
+    /// the `valid` attachments.
+    pub fn gc_attachments(
+        &self,
+        network: &str,
+        node: &str,
+        valid: &[Attachment],
+    ) -> Result<GcReport, IpamError> {
+        let _scope = self.scope()?;
+        let valid: HashSet<(&str, &str)> = valid
+            .iter()
+            .map(|a| (a.container_id.as_str(), a.ifname.as_str()))
+            .collect();
+        let mut report = GcReport::default();
+        let prefix = format!("{}{network}/", self.k_handles());
+        for e in self.store.list(&prefix)? {
+            let rec: HandleRecord = decode(&e)?;
+            if rec.attrs.node != node
+                || valid.contains(&(rec.handle.container_id.as_str(), rec.handle.ifname.as_str()))
+            {
+                continue;
+            }
+            let released = self.retry("gc release", || self.release_handle_once(&rec.handle))?;
+            report.addresses.extend(released);
+            report.handles.push(rec.handle);
+        }
+        Ok(report)
+    }
+
+    /// Node GC: releases every handle of a node not in `live_nodes`, deletes
+    /// the blocks of such nodes once empty, and gives up their affinity while
+    /// they still hold addresses of other nodes' pods (borrowed).
+    pub fn gc_nodes(&self, live_nodes: &[String]) -> Result<GcReport, IpamError> {
+        let _scope = self.scope()?;
+        let live: HashSet<&str> = live_nodes.iter().map(String::as_str).collect();
+        let mut report = GcReport::default();
+        for e in self.store.list(&self.k_handles())? {
+            let rec: HandleRecord = decode(&e)?;
+            if live.contains(rec.attrs.node.as_str()) {
+                continue;
+            }
+            let released = self.retry("gc release", || self.release_handle_once(&rec.handle))?;
+            report.addresses.extend(released);
+            report.handles.push(rec.handle);
+        }
+        let candidates: Vec<IpNet> = self
+            .all_blocks()?
+            .into_iter()
+            .filter(|(_, b)| b.affinity.as_deref().is_none_or(|n| !live.contains(n)))
+            .map(|(_, b)| b.cidr)
+            .collect();
+        for cidr in candidates {
+            let deleted = self.retry("gc block", || {
+                let key = self.k_block(&cidr);
+                let Some(be) = self.store.get(&key)? else {
+                    return Ok(Attempt::Done(false));
+                };
+                let mut block: Block = decode(&be)?;
+                let Some(owner) = block.affinity.clone().or_else(|| {
+                    // An orphan block: delete it when empty.
+                    block.is_empty().then(String::new)
+                }) else {
+                    return Ok(Attempt::Done(false));
+                };
+                if live.contains(owner.as_str()) {
+                    return Ok(Attempt::Done(false));
+                }
+                let compares = [Compare::Revision(key.clone(), be.revision)];
+                let aff = (!owner.is_empty()).then(|| self.k_affinity(&owner, &cidr));
+                let (writes, deleted) = if block.is_empty() {
+                    let mut w = vec![Write::Delete(key.clone())];
+                    w.extend(aff.map(Write::Delete));
+                    (w, true)
+                } else {
+                    block.affinity = None;
+                    let mut w = vec![Write::Put(key.clone(), encode(&block))];
+                    w.extend(aff.map(Write::Delete));
+                    (w, false)
+                };
+                Ok(if self.store.txn(&compares, &writes)? {
+                    Attempt::Done(deleted)
+                } else {
+                    Attempt::Conflict
+                })
+            })?;
+            if deleted {
+                report.blocks.push(cidr);
+            }
+        }
+        Ok(report)
+    }
+
+    // ===== audit =====
+
+    /// Checks the invariants between blocks, handles and affinities; returns
+    /// every violation (empty when consistent). Used by tests and by
+    /// `brindle-ipam admin audit`.
+    pub fn audit(&self) -> Result<Vec<AuditProblem>, IpamError> {
+        let _scope = self.scope()?;
+        let mut problems = Vec::new();
+        let blocks = self.all_blocks()?;
+        let mut owner_of: BTreeMap<IpAddr, HandleId> = BTreeMap::new();
+        for (i, (_, b)) in blocks.iter().enumerate() {
+            for (_, other) in blocks.iter().skip(i + 1) {
+                if b.cidr.contains(&other.cidr.network()) || other.cidr.contains(&b.cidr.network())
+                {
+                    problems.push(format!("blocks {} and {} overlap", b.cidr, other.cidr));
+                }
+            }
+            for (ord, h) in &b.allocations {
+                if *ord >= b.len() {
+                    problems.push(format!("block {} has ordinal {ord} out of range", b.cidr));
+                    continue;
+                }
+                if let Some(prev) = owner_of.insert(b.address(*ord), h.clone()) {
+                    problems.push(format!(
+                        "{} allocated twice ({prev} and {h})",
+                        b.address(*ord)
+                    ));
+                }
+            }
+            if let Some(node) = &b.affinity
+                && self.store.get(&self.k_affinity(node, &b.cidr))?.is_none()
+            {
+                problems.push(format!(
+                    "block {} affine to {node} has no affinity key",
+                    b.cidr
+                ));
+            }
+        }
+        let handles: Vec<HandleRecord> = self
+            .store
+            .list(&self.k_handles())?
+            .iter()
+            .map(decode)
+            .collect::<Result<_, _>>()?;
+        let mut held: BTreeSet<IpAddr> = BTreeSet::new();
+        for rec in &handles {
+            for ip in &rec.addresses {
+                held.insert(*ip);
+                match owner_of.get(ip) {
+                    Some(h) if *h == rec.handle => {}
+                    Some(h) => {
+                        problems.push(format!("{ip} held by {} but allocated to {h}", rec.handle))
+                    }
+                    None => {
+                        problems.push(format!("{ip} held by {} but free in its block", rec.handle))
+                    }
+                }
+            }
+        }
+        for (ip, h) in &owner_of {
+            if !held.contains(ip) {
+                problems.push(format!(
+                    "{ip} allocated to {h} which does not hold it (leaked)"
+                ));
+            }
+        }
+        Ok(problems)
+    }
+}
+
+fn view_of_handle(r: HandleRecord) -> HandleView {
+    HandleView {
+        handle: r.handle,
+        attrs: r.attrs,
+        addresses: r.addresses.into_iter().collect(),
+    }
+}
