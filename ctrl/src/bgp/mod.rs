@@ -3,3 +3,4 @@
 
 pub mod fsm;
 pub mod packet;
+pub mod rib;
