@@ -302,7 +302,7 @@ fn local_routes_never_become_route_changes() {
 #[test]
 fn local_route_goes_to_ibgp_peers_with_next_hop_self_and_local_pref() {
     let a = peer("10.0.0.2", LOCAL_AS, false);
-    let mut rib = rib_with(&[a.clone()]);
+    let mut rib = rib_with(std::slice::from_ref(&a));
     rib.announce_local(net("10.9.0.0/26"), ip("10.0.0.1"));
     let dirty = rib.take_dirty();
     let msgs = rib.updates_for(a.addr, &dirty);
@@ -428,7 +428,7 @@ fn reflected_route_carrying_our_cluster_id_is_dropped() {
 #[test]
 fn reflected_route_carrying_our_router_id_as_originator_is_dropped() {
     let a = peer("10.0.0.2", LOCAL_AS, false);
-    let mut rib = rib_with(&[a.clone()]);
+    let mut rib = rib_with(std::slice::from_ref(&a));
     let looped = Attrs {
         originator_id: Some(ME),
         ..attrs(vec![], "10.0.0.2")
@@ -441,7 +441,7 @@ fn reflected_route_carrying_our_router_id_as_originator_is_dropped() {
 #[test]
 fn ebgp_route_with_our_as_in_the_path_is_dropped() {
     let e = peer("10.0.0.3", 65001, false);
-    let mut rib = rib_with(&[e.clone()]);
+    let mut rib = rib_with(std::slice::from_ref(&e));
     rib.update_from_peer(
         e.addr,
         &announce(&["10.1.0.0/16"], attrs(vec![65001, LOCAL_AS], "10.0.0.3")),
@@ -474,7 +474,7 @@ fn no_export_routes_stay_inside_the_as() {
 #[test]
 fn treat_as_withdraw_update_removes_the_announced_prefix() {
     let a = peer("10.0.0.2", LOCAL_AS, false);
-    let mut rib = rib_with(&[a.clone()]);
+    let mut rib = rib_with(std::slice::from_ref(&a));
     rib.update_from_peer(
         a.addr,
         &announce(&["10.1.0.0/16"], attrs(vec![], "10.0.0.2")),
@@ -491,7 +491,7 @@ fn treat_as_withdraw_update_removes_the_announced_prefix() {
 #[test]
 fn more_prefixes_than_the_limit_is_reported() {
     let a = peer("10.0.0.2", LOCAL_AS, false);
-    let mut rib = rib_with(&[a.clone()]);
+    let mut rib = rib_with(std::slice::from_ref(&a));
     let r = rib.update_from_peer(
         a.addr,
         &announce(&["10.1.0.0/16", "10.2.0.0/16"], attrs(vec![], "10.0.0.2")),
@@ -516,7 +516,7 @@ fn more_prefixes_than_the_limit_is_reported() {
 #[test]
 fn graceful_restart_keeps_stale_routes_until_end_of_rib() {
     let a = peer("10.0.0.2", LOCAL_AS, false);
-    let mut rib = rib_with(&[a.clone()]);
+    let mut rib = rib_with(std::slice::from_ref(&a));
     rib.update_from_peer(
         a.addr,
         &announce(&["10.1.0.0/16", "10.2.0.0/16"], attrs(vec![], "10.0.0.2")),
@@ -555,7 +555,7 @@ fn graceful_restart_keeps_stale_routes_until_end_of_rib() {
 #[test]
 fn restart_timer_expiry_removes_all_stale_routes() {
     let a = peer("10.0.0.2", LOCAL_AS, false);
-    let mut rib = rib_with(&[a.clone()]);
+    let mut rib = rib_with(std::slice::from_ref(&a));
     rib.update_from_peer(
         a.addr,
         &announce(&["10.1.0.0/16"], attrs(vec![], "10.0.0.2")),
@@ -570,7 +570,7 @@ fn restart_timer_expiry_removes_all_stale_routes() {
 #[test]
 fn ipv6_routes_go_out_in_mp_reach_with_our_ipv6_next_hop() {
     let a = peer("10.0.0.2", LOCAL_AS, false);
-    let mut rib = rib_with(&[a.clone()]);
+    let mut rib = rib_with(std::slice::from_ref(&a));
     rib.announce_local(net("fd10::/122"), ip("fd00::1"));
     let msgs = rib.updates_for(a.addr, &rib.all_prefixes());
     let r = msgs[0].mp_reach.as_ref().unwrap();
