@@ -28,6 +28,7 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_ansi(false)
         .init();
     let outcome = dispatch(&Brindle, |k| std::env::var(k).ok(), &stdin);
     let mut out = std::io::stdout().lock();
