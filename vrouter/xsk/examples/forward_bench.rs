@@ -35,6 +35,13 @@ fn config() -> XskConfig {
         tx_size: 2048,
         fill_size: 2048,
         comp_size: 2048,
+        // One sendto() in copy mode sends at most this many frames (kernel
+        // default 32): below the RX batch, the TX ring fills up and holds
+        // the frames the fill ring needs.
+        max_tx_skb_budget: std::env::var("TX_BUDGET")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .or(Some(256)),
         ..XskConfig::default()
     }
 }
@@ -180,7 +187,7 @@ fn main() -> Result<()> {
     })?;
     let stop = Arc::new(AtomicBool::new(false));
     let fwd_stop = stop.clone();
-    let forwarder = std::thread::spawn(move || -> Result<u64> {
+    let forwarder = std::thread::spawn(move || -> Result<_> {
         pin(1)?;
         common::forward(
             umem,
@@ -193,7 +200,7 @@ fn main() -> Result<()> {
     });
     let (offered_x, xsk) = measure(&ns_a, &ns_b, &frame, secs)?;
     stop.store(true, Ordering::Relaxed);
-    let forwarded = forwarder.join().expect("forwarder panicked")?;
+    let (forwarded, stats) = forwarder.join().expect("forwarder panicked")?;
     drop((att_a, att_b, steering));
 
     println!("64-byte frames, {secs} s each, generator pinned to CPU 0");
@@ -208,5 +215,6 @@ fn main() -> Result<()> {
         xsk / 1e6
     );
     println!("ratio AF_XDP / kernel  : {:.2}", xsk / kernel);
+    println!("forwarder RX socket    : {:?}", stats[0]);
     Ok(())
 }

@@ -353,7 +353,7 @@ fn shared_umem_forwarder_carries_a_real_ping_between_namespaces() -> Result<()> 
     };
     let ping = ns_a.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", &net_b(2)]);
     stop.store(true, Ordering::Relaxed);
-    let forwarded = forwarder.join().expect("forwarder panicked")?;
+    let (forwarded, _) = forwarder.join().expect("forwarder panicked")?;
     let ping = ping?;
     assert!(ping.contains("3 received"), "{ping}");
     // The kernel of the forwarding namespace does not route (forwarding is

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use anyhow::{Context, Result, bail};
-use brindle_xsk::{Desc, Umem, XskSocket};
+use brindle_xsk::{Desc, Umem, XdpStats, XskSocket};
 use nix::sched::{CloneFlags, setns};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -266,9 +266,9 @@ pub fn decrement_ttl(ip: &mut [u8]) -> bool {
 }
 
 /// The test's forwarder: frames from one socket go out of the other by
-/// descriptor, with MACs and TTL rewritten in place. Returns frames sent.
+/// descriptor, with MACs and TTL rewritten in place.
 /// `a_out`/`b_out` are the (destination, source) MACs of frames leaving
-/// through `a`/`b`.
+/// through `a`/`b`. Returns frames sent and the sockets' counters.
 pub fn forward(
     mut umem: Umem,
     a: XskSocket,
@@ -276,7 +276,7 @@ pub fn forward(
     a_out: ([u8; 6], [u8; 6]),
     b_out: ([u8; 6], [u8; 6]),
     stop: &AtomicBool,
-) -> Result<u64> {
+) -> Result<(u64, [XdpStats; 2])> {
     let mut free: Vec<u64> = (0..umem.frame_count())
         .map(|i| umem.frame_addr(i))
         .collect();
@@ -339,5 +339,5 @@ pub fn forward(
             socks[0].poll_rx(1)?;
         }
     }
-    Ok(sent)
+    Ok((sent, [socks[0].stats()?, socks[1].stats()?]))
 }
