@@ -353,6 +353,17 @@ impl<S: Datastore> Ipam<S> {
         Ok(())
     }
 
+    /// Sets the cluster-wide IPAM settings unless some are already stored.
+    pub fn set_config_if_absent(&self, config: &IpamConfig) -> Result<(), IpamError> {
+        let _scope = self.scope()?;
+        let key = self.k_ipam_config();
+        self.store.txn(
+            &[Compare::Absent(key.clone())],
+            &[Write::Put(key, encode(config))],
+        )?;
+        Ok(())
+    }
+
     /// Creates or replaces a reservation.
     pub fn put_reservation(&self, r: &Reservation) -> Result<(), IpamError> {
         if r.name.is_empty() || r.name.contains('/') {

@@ -6,10 +6,17 @@
 //!   embedded redb, etcd v3).
 //! - [`allocator`]: allocation, release, views, GC and audit over a datastore.
 //! - [`server`]: the node daemon's side of the IPAM socket protocol.
+//! - [`config`]: the plugin's `ipam` settings and the [`config::Backend`]
+//!   (daemon socket or a datastore opened in-process).
+//! - [`plugin`]: the CNI IPAM plugin.
+//!
+//! The binary's `admin` mode (views, release, GC) is in `src/admin.rs`.
 #![forbid(unsafe_code)]
 
 pub mod allocator;
+pub mod config;
 pub mod model;
+pub mod plugin;
 pub mod server;
 pub mod store;
 
