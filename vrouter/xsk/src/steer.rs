@@ -47,6 +47,18 @@ pub enum Role {
     All,
 }
 
+/// What the program decided for a frame ([`XdpAttachment::test_verdict`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// XDP_PASS: to the kernel (also what a redirect to a queue without a
+    /// socket becomes).
+    Pass,
+    /// XDP_REDIRECT: to the queue's AF_XDP socket.
+    Redirect,
+    /// Any other XDP action.
+    Other(u32),
+}
+
 /// Native (driver) or generic (skb) XDP.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum XdpMode {
@@ -271,6 +283,7 @@ impl Steering {
         };
         Ok(XdpAttachment {
             link,
+            prog,
             xsks,
             ifindex,
             mode: used,
@@ -305,6 +318,7 @@ fn load(insns: &[u64], name: &'static str) -> Result<OwnedFd> {
 /// the process exiting) detaches it.
 pub struct XdpAttachment {
     link: OwnedFd,
+    prog: OwnedFd,
     xsks: MapFd,
     ifindex: u32,
     mode: XdpMode,
@@ -363,6 +377,19 @@ impl XdpAttachment {
                 source,
             }),
         }
+    }
+
+    /// Runs the program once on `frame` (BPF_PROG_TEST_RUN, as if received
+    /// on queue 0 of the loopback device of the caller's namespace) and
+    /// returns its verdict, without delivering the frame anywhere. For
+    /// tests and diagnostics: which rule does this frame hit?
+    pub fn test_verdict(&self, frame: &[u8]) -> Result<Verdict> {
+        let ret = sys::bpf_prog_test_run(self.prog.as_fd(), frame).ctx("BPF_PROG_TEST_RUN")?;
+        Ok(match ret {
+            2 => Verdict::Pass,
+            4 => Verdict::Redirect,
+            other => Verdict::Other(other),
+        })
     }
 
     /// Detaches the program now (dropping does too).

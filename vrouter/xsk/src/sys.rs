@@ -523,6 +523,7 @@ pub(crate) const BPF_MAP_LOOKUP_ELEM: libc::c_int = 1;
 pub(crate) const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 pub(crate) const BPF_MAP_DELETE_ELEM: libc::c_int = 3;
 pub(crate) const BPF_PROG_LOAD: libc::c_int = 5;
+pub(crate) const BPF_PROG_TEST_RUN: libc::c_int = 10;
 pub(crate) const BPF_LINK_CREATE: libc::c_int = 28;
 pub(crate) const BPF_LINK_DETACH: libc::c_int = 34;
 
@@ -714,4 +715,33 @@ pub(crate) fn bpf_prog_load_xdp(insns: &[u64], name: &str, log: &mut [u8]) -> io
     };
     // `insns`, `license` and `log` are live borrows for the whole call.
     bpf_call(BPF_PROG_LOAD, &mut attr).map(fd_from_ret)
+}
+
+/// `union bpf_attr` for BPF_PROG_TEST_RUN (prefix).
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+}
+
+/// BPF_PROG_TEST_RUN once on `data`; returns the program's return value.
+/// The output data is not copied back (null `data_out`).
+pub(crate) fn bpf_prog_test_run(prog: BorrowedFd<'_>, data: &[u8]) -> io::Result<u32> {
+    let mut attr = TestRunAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        data_size_in: data.len() as u32,
+        data_in: data.as_ptr() as u64,
+        repeat: 1,
+        ..Default::default()
+    };
+    // `data` is a live borrow for the call; the kernel only reads it.
+    bpf_call(BPF_PROG_TEST_RUN, &mut attr)?;
+    Ok(attr.retval)
 }
