@@ -23,7 +23,7 @@ mod umem;
 pub use error::{Error, Result};
 pub use packet::{PacketConfig, PacketSocket, PacketStats};
 pub use socket::{BindMode, BusyPoll, XdpStats, XskConfig, XskSocket};
-pub use steer::{Role, Steering, SteeringConfig, Verdict, XdpAttachment, XdpMode};
+pub use steer::{Role, Steering, SteeringConfig, Verdict, XdpAttachment, XdpCounters, XdpMode};
 pub use umem::{Umem, UmemConfig, UmemHandle};
 
 /// One frame in a UMEM: `len` bytes from byte `addr`; the layout of

@@ -26,12 +26,14 @@ use crate::error::{Context, Error, Result};
 use crate::sys::{self, MapCreateAttr, MapFd};
 
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
+const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_F_NO_PREALLOC: u32 = 1;
 const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
 const HELPER_REDIRECT_MAP: i32 = 51;
 const XDP_PASS: i32 = 2;
+const XDP_REDIRECT: i32 = 4;
 const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 const BPF_XDP_ATTACH: u32 = 37;
@@ -45,6 +47,15 @@ pub enum Role {
     Pod,
     /// Every frame (a port of the plain appliance mode, tests).
     All,
+}
+
+/// Per-interface verdict counters ([`XdpAttachment::counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpCounters {
+    /// Frames given to the kernel (XDP_PASS).
+    pub passed: u64,
+    /// Frames redirected to an AF_XDP socket.
+    pub redirected: u64,
 }
 
 /// What the program decided for a frame ([`XdpAttachment::test_verdict`]).
@@ -233,8 +244,23 @@ impl Steering {
             ..Default::default()
         })
         .ctx("create XSKMAP")?;
-        let insns = program(role, xsks.raw(), self.pods.raw(), self.node.raw())
-            .map_err(|_| Error::Config("steering program does not assemble"))?;
+        let counters = sys::bpf_map_create(&mut MapCreateAttr {
+            map_type: BPF_MAP_TYPE_PERCPU_ARRAY,
+            key_size: 4,
+            value_size: 8,
+            max_entries: 2,
+            map_name: map_name("brindle_verdict"),
+            ..Default::default()
+        })
+        .ctx("create verdict counters")?;
+        let insns = program(
+            role,
+            xsks.raw(),
+            self.pods.raw(),
+            self.node.raw(),
+            counters.raw(),
+        )
+        .map_err(|_| Error::Config("steering program does not assemble"))?;
         let name = match role {
             Role::Uplink => "brindle_uplink",
             Role::Pod => "brindle_pod",
@@ -285,6 +311,7 @@ impl Steering {
             link,
             prog,
             xsks,
+            counters,
             ifindex,
             mode: used,
             role,
@@ -320,6 +347,7 @@ pub struct XdpAttachment {
     link: OwnedFd,
     prog: OwnedFd,
     xsks: MapFd,
+    counters: MapFd,
     ifindex: u32,
     mode: XdpMode,
     role: Role,
@@ -392,6 +420,26 @@ impl XdpAttachment {
         })
     }
 
+    /// Frames the program passed to the kernel and redirected to a socket,
+    /// summed over CPUs. A redirect to a queue without a socket counts as
+    /// passed, since that is what happens to the frame.
+    pub fn counters(&self) -> Result<XdpCounters> {
+        let mut values = [0u64; 2];
+        let mut buf = vec![0u8; self.counters.value_size()];
+        for (key, total) in values.iter_mut().enumerate() {
+            sys::bpf_map_lookup(&self.counters, &(key as u32).to_ne_bytes(), &mut buf)
+                .ctx("read verdict counters")?;
+            *total = buf
+                .chunks_exact(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+                .sum();
+        }
+        Ok(XdpCounters {
+            passed: values[0],
+            redirected: values[1],
+        })
+    }
+
     /// Detaches the program now (dropping does too).
     pub fn detach(self) -> Result<()> {
         sys::bpf_link_detach(self.link.as_fd()).ctx("detach XDP link")
@@ -415,7 +463,8 @@ fn need(a: &mut Asm, base: asm::Reg, len: i32, fail: Label) {
         .jump_reg(Cond::Gt, R2, R9, fail);
 }
 
-/// Assembles the program of `role` over the given map descriptors.
+/// Assembles the program of `role` over the given map descriptors. Every
+/// path ends by counting its verdict in the per-CPU `counters` array.
 ///
 /// Registers: r6 = ctx, r8 = data, r9 = data_end, r7 = IPv4 address to look
 /// up in the pod trie, r0 = node map value while it is used.
@@ -424,10 +473,14 @@ pub(crate) fn program(
     xsks: i32,
     pods: i32,
     node: i32,
+    counters: i32,
 ) -> Result<Vec<u64>, asm::AsmError> {
     let mut a = Asm::default();
     let redirect = a.label();
     let pass = a.label();
+    let count = a.label();
+    let key_done = a.label();
+    let out = a.label();
     let lookup = a.label();
     let arp = a.label();
     let ipv4 = a.label();
@@ -501,12 +554,30 @@ pub(crate) fn program(
         .load_map_fd(R1, xsks)
         .mov_imm(R3, XDP_PASS)
         .call(HELPER_REDIRECT_MAP)
-        .exit();
+        .mov_reg(R7, R0)
+        .jump(count);
 
     if role != Role::All {
         a.bind(pass);
-        a.mov_imm(R0, XDP_PASS).exit();
+        a.mov_imm(R7, XDP_PASS);
     }
+
+    // Count the verdict in r7: key 1 for XDP_REDIRECT, 0 otherwise.
+    a.bind(count);
+    a.store_imm(Size::W, R10, -12, 0)
+        .jump_imm(Cond::Ne, R7, XDP_REDIRECT, key_done)
+        .store_imm(Size::W, R10, -12, 1);
+    a.bind(key_done);
+    a.load_map_fd(R1, counters)
+        .mov_reg(R2, R10)
+        .add_imm(R2, -12)
+        .call(HELPER_MAP_LOOKUP_ELEM)
+        .jump_imm(Cond::Eq, R0, 0, out)
+        .load(Size::Dw, R1, R0, 0)
+        .add_imm(R1, 1)
+        .store_reg(Size::Dw, R0, 0, R1);
+    a.bind(out);
+    a.mov_reg(R0, R7).exit();
     a.finish()
 }
 
@@ -552,17 +623,21 @@ mod tests {
     #[test]
     fn every_role_assembles_and_ends_in_exit() {
         for role in [Role::Uplink, Role::Pod, Role::All] {
-            let insns = program(role, 3, 4, 5).unwrap();
+            let insns = program(role, 3, 4, 5, 6).unwrap();
             assert_eq!(insns.last().unwrap() & 0xff, 0x95, "{role:?}");
         }
-        // Role::All is the six-instruction redirect (plus saving the context).
-        assert_eq!(program(Role::All, 3, 4, 5).unwrap().len(), 1 + 6);
+        // Role::All: save the context (1), the redirect of the notes without
+        // its exit (7 with the jump to the counter), the counter (3 + 9 + 2).
+        assert_eq!(
+            program(Role::All, 3, 4, 5, 6).unwrap().len(),
+            1 + 7 + 3 + 9 + 2
+        );
     }
 
     #[test]
     fn redirect_always_passes_xdp_pass_as_the_fallback_flag() {
         for role in [Role::Uplink, Role::Pod, Role::All] {
-            let insns = program(role, 3, 4, 5).unwrap();
+            let insns = program(role, 3, 4, 5, 6).unwrap();
             let call = insns
                 .iter()
                 .position(|&i| i & 0xff == 0x85 && (i >> 32) as i32 == HELPER_REDIRECT_MAP)

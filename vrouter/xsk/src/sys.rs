@@ -618,15 +618,48 @@ impl MapFd {
     pub(crate) fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
+
+    /// Bytes of a value buffer for the element calls.
+    pub(crate) fn value_size(&self) -> usize {
+        self.value_size
+    }
 }
 
-/// BPF_MAP_CREATE.
+const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
+const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+
+/// Number of possible CPUs, as the kernel sizes per-CPU map values
+/// (`/sys/devices/system/cpu/possible`, e.g. `0-1` or `0-3,8-11`).
+pub(crate) fn possible_cpus() -> io::Result<usize> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    parse_cpu_list(text.trim()).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
+}
+
+/// Highest CPU index in a kernel CPU list, plus one.
+pub(crate) fn parse_cpu_list(list: &str) -> Option<usize> {
+    let mut max = None;
+    for part in list.split(',') {
+        let last = part.rsplit('-').next()?.trim().parse::<usize>().ok()?;
+        max = max.max(Some(last));
+    }
+    max.map(|m| m + 1)
+}
+
+/// BPF_MAP_CREATE. For per-CPU maps the user-side value buffer holds one
+/// 8-byte-aligned value per possible CPU, which the element calls check.
 pub(crate) fn bpf_map_create(attr: &mut MapCreateAttr) -> io::Result<MapFd> {
+    let mut value_size = attr.value_size as usize;
+    if matches!(
+        attr.map_type,
+        BPF_MAP_TYPE_PERCPU_ARRAY | BPF_MAP_TYPE_PERCPU_HASH
+    ) {
+        value_size = value_size.div_ceil(8) * 8 * possible_cpus()?;
+    }
     let fd = bpf_call(BPF_MAP_CREATE, attr).map(fd_from_ret)?;
     Ok(MapFd {
         fd,
         key_size: attr.key_size as usize,
-        value_size: attr.value_size as usize,
+        value_size,
     })
 }
 
@@ -744,4 +777,33 @@ pub(crate) fn bpf_prog_test_run(prog: BorrowedFd<'_>, data: &[u8]) -> io::Result
     // `data` is a live borrow for the call; the kernel only reads it.
     bpf_call(BPF_PROG_TEST_RUN, &mut attr)?;
     Ok(attr.retval)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_give_the_highest_index_plus_one() {
+        assert_eq!(parse_cpu_list("0"), Some(1));
+        assert_eq!(parse_cpu_list("0-1"), Some(2));
+        assert_eq!(parse_cpu_list("0-3,8-11"), Some(12));
+        assert_eq!(parse_cpu_list("0,2"), Some(3));
+        assert_eq!(parse_cpu_list(""), None);
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn mapping_accessors_refuse_out_of_bounds_offsets() {
+        let m = Mmap::anonymous(4096).unwrap();
+        m.atomic_u32(4094);
+    }
+
+    #[test]
+    #[should_panic(expected = "misaligned")]
+    fn mapping_accessors_refuse_misaligned_offsets() {
+        let m = Mmap::anonymous(4096).unwrap();
+        m.read_u64(4);
+    }
 }

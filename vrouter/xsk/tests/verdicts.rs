@@ -164,6 +164,15 @@ fn each_rule_gives_the_expected_verdict() -> Result<()> {
             }
         }
         assert!(wrong.is_empty(), "uplink: {wrong:#?}");
+        // Every run was counted once, under its verdict.
+        let redirects = cases.iter().filter(|c| c.2 == Redirect).count() as u64;
+        let counters = uplink.counters()?;
+        assert_eq!(counters.redirected, redirects, "{counters:?}");
+        assert_eq!(
+            counters.passed,
+            cases.len() as u64 - redirects,
+            "{counters:?}"
+        );
 
         // Map updates take effect at once.
         steering.remove_pod_prefix(Ipv4Addr::new(10, 244, 1, 0), 24)?;
@@ -185,7 +194,13 @@ fn each_rule_gives_the_expected_verdict() -> Result<()> {
 
         // Fail-open: no socket for the queue, and a redirect becomes a pass.
         uplink.clear_socket(0)?;
+        let before = uplink.counters()?;
         assert_eq!(uplink.test_verdict(&ipv4(17, POD, 0, &ports(1, 2)))?, Pass);
+        let after = uplink.counters()?;
+        assert_eq!(
+            (after.passed, after.redirected),
+            (before.passed + 1, before.redirected)
+        );
         drop(uplink);
 
         // The pod-port variant: all ARP and traffic to pod prefixes.

@@ -23,6 +23,7 @@ pub(crate) const R10: Reg = Reg(10);
 /// Access size of loads and stores.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Size {
+    Dw = 0x18,
     B = 0x10,
     H = 0x08,
     W = 0x00,
