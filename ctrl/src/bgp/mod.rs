@@ -4,3 +4,6 @@
 pub mod fsm;
 pub mod packet;
 pub mod rib;
+pub mod speaker;
+
+mod md5;

@@ -1215,7 +1215,7 @@ fn decode_attr(
             let nh = r.ipv4().ok_or_else(withdraw_len)?;
             // RFC 4271 §6.3: a syntactically wrong next hop (RFC 7606 §7.3:
             // treat-as-withdraw).
-            if nh.is_unspecified() || nh.is_multicast() || nh.is_broadcast() || nh.is_loopback() {
+            if nh.is_unspecified() || nh.is_multicast() || nh.is_broadcast() {
                 return Err(AttrFault::Withdraw(UpdateError::InvalidNextHop(data())));
             }
             attrs.next_hop = Some(nh);
