@@ -12,12 +12,19 @@
 #![allow(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 
+// Every module but `sys` is safe code, and the compiler holds it to that.
+#[forbid(unsafe_code)]
 mod error;
+#[forbid(unsafe_code)]
 mod packet;
+#[forbid(unsafe_code)]
 mod ring;
+#[forbid(unsafe_code)]
 mod socket;
+#[forbid(unsafe_code)]
 pub mod steer;
 mod sys;
+#[forbid(unsafe_code)]
 mod umem;
 
 pub use error::{Error, Result};
