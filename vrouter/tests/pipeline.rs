@@ -635,3 +635,78 @@ fn a_pods_mac_is_learned_when_not_configured() {
     assert_eq!(&out[0].1[..6], &POD_B_MAC);
     assert_eq!(finish(&node).drops_for(DropReason::NoNeighbour), 1);
 }
+
+fn v6_frame(src_mac: [u8; 6], dst_mac: [u8; 6], src: &str, dst: &str, hop_limit: u8) -> Vec<u8> {
+    let src: std::net::Ipv6Addr = src.parse().unwrap();
+    let dst: std::net::Ipv6Addr = dst.parse().unwrap();
+    let b = etherparse::PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv6(src.octets(), dst.octets(), hop_limit)
+        .udp(40000, 5000);
+    let mut v = Vec::new();
+    b.write(&mut v, &PAYLOAD).unwrap();
+    v
+}
+
+fn dual_stack_node() -> Node {
+    let mut node = Node::new();
+    let ports_table = node.worker.pipeline_mut().ports_mut();
+    ports_table
+        .get_mut(ports::POD_A)
+        .unwrap()
+        .addrs
+        .push("fd00::2".parse().unwrap());
+    ports_table
+        .get_mut(ports::POD_B)
+        .unwrap()
+        .addrs
+        .push("fd00::3".parse().unwrap());
+    node.fib.insert(
+        "fd00::2/128".parse().unwrap(),
+        NextHop::Local { port: ports::POD_A },
+    );
+    node.fib.insert(
+        "fd00::3/128".parse().unwrap(),
+        NextHop::Local { port: ports::POD_B },
+    );
+    node
+}
+
+#[test]
+fn ipv6_pod_to_pod_is_routed_natively_with_a_hop_limit_decrement() {
+    let mut node = dual_stack_node();
+    let out = node.send(
+        ports::POD_A,
+        &v6_frame(POD_A_MAC, GATEWAY_MAC, "fd00::2", "fd00::3", 64),
+    );
+    let want = v6_frame(GATEWAY_MAC, POD_B_MAC, "fd00::2", "fd00::3", 63);
+    assert_frames(&out, &[(ports::POD_B, want)]);
+    assert_eq!(finish(&node).forwarded, 1);
+}
+
+#[test]
+fn ipv6_spoofing_hop_limit_and_link_local_are_counted_drops() {
+    let mut node = dual_stack_node();
+    let sends = [
+        v6_frame(POD_A_MAC, GATEWAY_MAC, "fd00::3", "fd00::2", 64),
+        v6_frame(POD_A_MAC, GATEWAY_MAC, "fd00::2", "fd00::3", 1),
+        v6_frame(POD_A_MAC, GATEWAY_MAC, "fe80::1", "ff02::1:ff00:1", 255),
+        v6_frame(POD_A_MAC, GATEWAY_MAC, "fd00::2", "fd01::1", 64),
+    ];
+    for f in &sends {
+        assert!(node.send(ports::POD_A, f).is_empty(), "{}", describe(f));
+    }
+    let c = finish(&node);
+    assert_eq!(c.drops_for(DropReason::Spoofed), 1);
+    assert_eq!(c.drops_for(DropReason::Ttl), 1);
+    assert_eq!(c.drops_for(DropReason::Unsupported), 1);
+    assert_eq!(c.drops_for(DropReason::NoRoute), 1);
+    // Truncated IPv6 at every length is a parse error.
+    let full = v6_frame(POD_A_MAC, GATEWAY_MAC, "fd00::2", "fd00::3", 64);
+    let before = node.worker.counters().drops_for(DropReason::ParseError);
+    for n in 14..full.len() {
+        assert!(node.send(ports::POD_A, &full[..n]).is_empty());
+    }
+    let after = node.worker.counters().drops_for(DropReason::ParseError);
+    assert_eq!(after - before, (full.len() - 14) as u64);
+    finish(&node);
+}

@@ -57,13 +57,13 @@ pub(super) fn parse_v4(buf: &[u8], l3: usize, end: usize) -> Result<V4, DropReas
 
 /// Where and how a packet leaves.
 #[derive(Clone, Copy, Debug)]
-struct Plan {
-    port: PortId,
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
+pub(super) struct Plan {
+    pub port: PortId,
+    pub src_mac: [u8; 6],
+    pub dst_mac: [u8; 6],
     /// Largest inner IP packet that fits (egress MTU minus overhead).
-    mtu: usize,
-    encap: Option<(Encap, Ipv4Addr)>,
+    pub mtu: usize,
+    pub encap: Option<(Encap, Ipv4Addr)>,
 }
 
 /// A flow hash of the inner packet for the VXLAN source port: addresses,
@@ -226,23 +226,27 @@ impl Pipeline {
         v
     }
 
+    /// Leaves by `port` to `dst_mac`, or to the port's peer (the pod, the
+    /// host) when `None`.
+    pub(super) fn direct(&self, port: PortId, dst_mac: Option<[u8; 6]>) -> Result<Plan, Verdict> {
+        let ep = self
+            .ports
+            .get(port)
+            .ok_or(Verdict::Drop(DropReason::NoRoute))?;
+        let dst_mac = dst_mac
+            .or(ep.peer_mac)
+            .ok_or(Verdict::Drop(DropReason::NoNeighbour))?;
+        Ok(Plan {
+            port,
+            src_mac: ep.mac,
+            dst_mac,
+            mtu: ep.mtu as usize,
+            encap: None,
+        })
+    }
+
     fn plan_v4(&self, nh: NextHop) -> Result<Plan, Verdict> {
-        let direct = |port: PortId, dst_mac: Option<[u8; 6]>| -> Result<Plan, Verdict> {
-            let ep = self
-                .ports
-                .get(port)
-                .ok_or(Verdict::Drop(DropReason::NoRoute))?;
-            let dst_mac = dst_mac
-                .or(ep.peer_mac)
-                .ok_or(Verdict::Drop(DropReason::NoNeighbour))?;
-            Ok(Plan {
-                port,
-                src_mac: ep.mac,
-                dst_mac,
-                mtu: ep.mtu as usize,
-                encap: None,
-            })
-        };
+        let direct = |port, mac| self.direct(port, mac);
         match nh {
             NextHop::Local { port } => direct(port, None),
             NextHop::Host => {
@@ -386,11 +390,17 @@ impl Pipeline {
 /// Writes an untagged IPv4 Ethernet header into `hdr` (14 bytes).
 #[inline]
 fn write_ethernet(hdr: &mut [u8], src: [u8; 6], dst: [u8; 6]) {
+    write_ethernet_for(hdr, src, dst, EtherType::Ipv4);
+}
+
+/// Writes an untagged Ethernet header into `hdr` (14 bytes).
+#[inline]
+pub(super) fn write_ethernet_for(hdr: &mut [u8], src: [u8; 6], dst: [u8; 6], ethertype: EtherType) {
     let repr = EthernetRepr {
         src_addr: MacAddr(src),
         dst_addr: MacAddr(dst),
         vlan: None,
-        ethertype: EtherType::Ipv4,
+        ethertype,
     };
     // `hdr` is exactly 14 bytes by construction, so emit cannot fail.
     let _ = repr.emit(&mut ethernet::Frame::new_unchecked(hdr));

@@ -3,8 +3,9 @@
 //!
 //! Per frame, in order:
 //!
-//! 1. classify: Ethernet (one 802.1Q tag allowed) -> ARP, IPv4, IPv6, or
-//!    dropped as an unknown ethertype;
+//! 1. classify: Ethernet (one 802.1Q tag allowed) -> ARP, IPv4, IPv6 (routed
+//!    natively by LPM with a hop-limit decrement, see `ipv6.rs`), or dropped
+//!    as an unknown ethertype;
 //! 2. ARP: proxy ARP on pod ports (reply built in place), learning on the
 //!    uplink ([`crate::arp`]);
 //! 3. decap, on the uplink only: IPIP to the node address, VXLAN to the node
@@ -30,6 +31,7 @@
 
 mod forward;
 mod icmp;
+mod ipv6;
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -399,6 +401,7 @@ impl Pipeline {
         match ethertype {
             EtherType::Ipv4 => self.ipv4(buf, ingress, start, l3, end, now),
             EtherType::Arp => self.arp(buf, ingress, kind, start, l3, end),
+            EtherType::Ipv6 => self.ipv6(buf, ingress, l3, end),
             _ => Verdict::Drop(DropReason::UnknownEthertype),
         }
     }
