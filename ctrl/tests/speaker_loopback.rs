@@ -194,3 +194,44 @@ async fn invalid_peer_config_is_refused_before_anything_starts() {
     ));
     a.shutdown().await;
 }
+
+#[tokio::test]
+async fn routes_of_a_peer_that_dies_are_held_for_its_restart_time_then_removed() {
+    let a_addr: Ipv4Addr = "127.0.0.10".parse().unwrap();
+    let mut cfg = SpeakerConfig::new(64512, a_addr);
+    cfg.listen = Some(SocketAddr::new(IpAddr::V4(a_addr), 0));
+    cfg.graceful_restart_time = Some(2);
+    let (a, _a_rx) = Speaker::start(cfg).await.unwrap();
+    let (b, mut b_rx) = speaker("127.0.0.11", 64512).await;
+    a.add_peer(peer_of(&b, "127.0.0.11", "127.0.0.10", 64512))
+        .await
+        .unwrap();
+    let mut to_a = peer_of(&a, "127.0.0.10", "127.0.0.11", 64512);
+    // Only A may reconnect: B must not bring the session back up.
+    to_a.passive = true;
+    b.add_peer(to_a).await.unwrap();
+    let block: IpNet = "10.244.9.0/26".parse().unwrap();
+    a.announce(block, ip("127.0.0.10")).unwrap();
+    assert!(matches!(
+        next_change(&mut b_rx).await,
+        RouteChange::Added(_)
+    ));
+
+    // A dies without a NOTIFICATION: B keeps forwarding on the stale route.
+    drop(a);
+    eventually("session down", || async {
+        state_of(&b, "127.0.0.10").await != State::Established
+    })
+    .await;
+    let routes = b.routes().await.unwrap();
+    assert_eq!(routes.len(), 1);
+    assert!(routes[0].stale, "{routes:?}");
+    assert!(b_rx.try_recv().is_err(), "no change for the dataplane yet");
+    // After A's restart time (2 s) the route goes.
+    assert_eq!(
+        next_change(&mut b_rx).await,
+        RouteChange::Removed { prefix: block }
+    );
+    assert!(b.routes().await.unwrap().is_empty());
+    b.shutdown().await;
+}
