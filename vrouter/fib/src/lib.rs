@@ -170,7 +170,11 @@ struct Snapshot {
 impl Snapshot {
     #[inline(always)]
     fn lookup_v4(&self, dst: u32) -> Option<NextHop> {
-        let entry = self.v4.lookup(dst);
+        self.next_hop_of_v4_entry(self.v4.lookup(dst))
+    }
+
+    #[inline(always)]
+    fn next_hop_of_v4_entry(&self, entry: u32) -> Option<NextHop> {
         if v4::is_route(entry) {
             self.next_hops
                 .get((entry & v4::INDEX_MASK) as usize)
@@ -188,10 +192,19 @@ impl Snapshot {
 
     #[inline]
     fn lookup_v4_batch(&self, dsts: &[Ipv4Addr], out: &mut [Option<NextHop>]) {
-        // Independent iterations: the CPU overlaps the cache misses of
-        // several lookups (memory-level parallelism).
-        for (dst, slot) in dsts.iter().zip(out.iter_mut()) {
-            *slot = self.lookup_v4(u32::from(*dst));
+        const BLOCK: usize = 32;
+        let mut entries = [0u32; BLOCK];
+        for (dsts, out) in dsts.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+            // First pass: table loads only, independent of each other, so
+            // the CPU keeps many cache misses in flight at once
+            // (memory-level parallelism).
+            for (entry, dst) in entries.iter_mut().zip(dsts) {
+                *entry = self.v4.lookup(u32::from(*dst));
+            }
+            // Second pass: the next-hop table is small and stays in cache.
+            for (slot, entry) in out.iter_mut().zip(&entries[..dsts.len()]) {
+                *slot = self.next_hop_of_v4_entry(*entry);
+            }
         }
     }
 

@@ -324,6 +324,12 @@ fn batch_lookup_stops_at_the_shorter_slice() {
     let mut out = [None; 2];
     r.lookup_v4_batch(&[v4("1.1.1.1")], &mut out);
     assert_eq!(out, [Some(NextHop::Host), None]);
+    // Across the internal blocks of 32 too.
+    let dsts = vec![v4("1.1.1.1"); 33];
+    let mut out = vec![None; 64];
+    r.lookup_v4_batch(&dsts, &mut out);
+    assert_eq!(out.iter().filter(|o| o.is_some()).count(), 33);
+    assert!(out[33..].iter().all(Option::is_none));
 }
 
 #[test]

@@ -100,6 +100,10 @@ impl Chunk {
             }
             None => {
                 let group = (self.tbl8.len() / GROUP) as u32;
+                // Exact growth: chunks with many groups are common in
+                // tables of long prefixes, and doubling would waste up to
+                // half of their memory.
+                self.tbl8.reserve_exact(GROUP);
                 self.tbl8.resize(self.tbl8.len() + GROUP, fill);
                 group
             }

@@ -1,19 +1,24 @@
-//! IPv6: a multibit trie of stride 6 with bitmap-compressed nodes.
+//! IPv6: a path-compressed multibit trie of stride 6 with bitmap nodes.
 //!
-//! Each node consumes 6 bits of the address (64 slots), so a /48 is reached
-//! in 9 steps and a /128 in 22. A node keeps two 64-bit maps, as in poptrie:
-//! which slots hold a route (`leaf_bits`) and which have a child
-//! (`child_bits`); the values and children are packed arrays indexed by the
-//! popcount of the map below the slot. A node with three routes costs a few
-//! dozen bytes, not 64 pointers, so 100k IPv6 routes take a few MiB.
+//! Each node consumes 6 bits of the address (64 slots). A node keeps two
+//! 64-bit maps, as in poptrie: which slots hold a route (`leaf_bits`) and
+//! which have a child (`child_bits`); the values and children are packed
+//! arrays indexed by the popcount of the map below the slot, so a node with
+//! one route costs a few dozen bytes, not 64 pointers.
 //!
-//! A route of length `L` lives in the node at depth `L / 6`, expanded over
-//! the `2^(6 - L % 6)` slots it covers (longer routes of the same node win).
-//! Routes are not pushed down into deeper nodes: the lookup remembers the
-//! last route it passed on the way down. This keeps an update local: changing
-//! one route rebuilds one node and copies its ancestors (path copying), and
-//! the new root is published atomically with the rest of the snapshot, so
-//! readers never see a half-changed trie.
+//! A route of length `L > 0` lives in the node at depth `(L - 1) / 6`,
+//! expanded over the `2^(6 * (depth + 1) - L)` slots it covers (a /48 takes
+//! one slot of a depth-7 node); `::/0` fills the root. Routes are not pushed
+//! down into deeper nodes: the lookup remembers the last route it passed.
+//! This keeps an update local: changing one route rebuilds one node and
+//! copies its ancestors (path copying); the new root is published with the
+//! rest of the snapshot, so readers never see a half-changed trie.
+//!
+//! Path compression: a node with no route and one child is not stored; its
+//! parent points straight at the child, which records its own depth and
+//! prefix. A lookup checks that prefix and stops (with the best route so far)
+//! on a mismatch. Sparse tables (one /48 under each of 100k /32s) thus cost
+//! about four node visits per lookup instead of eight.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,10 +30,14 @@ const MAX_DEPTH: u32 = 128 / STRIDE;
 
 /// The network address of `addr` with `len` bits kept.
 pub(crate) fn mask(addr: u128, len: u8) -> u128 {
+    addr & prefix_mask(u32::from(len))
+}
+
+fn prefix_mask(len: u32) -> u128 {
     if len == 0 {
         0
     } else {
-        addr & (u128::MAX << (128 - u32::from(len)))
+        u128::MAX << (128 - len)
     }
 }
 
@@ -41,13 +50,17 @@ fn slot(addr: u128, depth: u32) -> u32 {
 
 /// The depth of the node that holds a route of `len` bits.
 pub(crate) fn node_depth(len: u8) -> u32 {
-    let depth = u32::from(len) / STRIDE;
+    let depth = u32::from(len).saturating_sub(1) / STRIDE;
     debug_assert!(depth <= MAX_DEPTH);
     depth
 }
 
 /// One trie node: immutable once published.
 pub(crate) struct Node {
+    /// The first `6 * depth` bits of every address under this node.
+    prefix: u128,
+    prefix_mask: u128,
+    depth: u32,
     leaf_bits: u64,
     child_bits: u64,
     /// Next-hop indices, one per set bit of `leaf_bits`.
@@ -64,9 +77,12 @@ pub(crate) type RoutesByLen = [HashMap<u128, u32>];
 pub(crate) fn lookup(root: &Node, addr: u128) -> Option<u32> {
     let mut node = root;
     let mut best = None;
-    let mut depth = 0;
     loop {
-        let bit = 1u64 << slot(addr, depth);
+        if addr & node.prefix_mask != node.prefix {
+            // A compressed path this address leaves.
+            return best;
+        }
+        let bit = 1u64 << slot(addr, node.depth);
         let below = bit - 1;
         if node.leaf_bits & bit != 0 {
             best = node
@@ -84,7 +100,6 @@ pub(crate) fn lookup(root: &Node, addr: u128) -> Option<u32> {
             Some(child) => node = child,
             None => return best,
         }
-        depth += 1;
     }
 }
 
@@ -100,6 +115,8 @@ pub(crate) fn update(
     update_at(root, 0, network, node_depth(len), routes)
 }
 
+/// `node` is what the trie holds for the node at `depth` on the way to
+/// `network`: nothing, that node, or (path compression) a deeper node.
 fn update_at(
     node: Option<&Arc<Node>>,
     depth: u32,
@@ -108,11 +125,19 @@ fn update_at(
     routes: &RoutesByLen,
 ) -> Option<Arc<Node>> {
     let (mut leaf_bits, mut leaves, mut child_bits, mut children) = match node {
-        Some(n) => (
+        Some(n) if n.depth == depth => (
             n.leaf_bits,
             n.leaves.clone(),
             n.child_bits,
             n.children.to_vec(),
+        ),
+        // A compressed path: this level is an empty node whose one child
+        // leads to `n`.
+        Some(n) => (
+            0,
+            Box::default(),
+            1u64 << slot(n.prefix, depth),
+            vec![n.clone()],
         ),
         None => (0, Box::default(), 0, Vec::new()),
     };
@@ -138,25 +163,35 @@ fn update_at(
             (false, None) => {}
         }
     }
-    if leaf_bits == 0 && child_bits == 0 {
-        return None;
+    match (leaf_bits, child_bits.count_ones()) {
+        (0, 0) => None,
+        // No route here and one way down: point the parent at the child.
+        (0, 1) => children.pop(),
+        _ => {
+            let prefix_mask = prefix_mask(STRIDE * depth);
+            Some(Arc::new(Node {
+                prefix: network & prefix_mask,
+                prefix_mask,
+                depth,
+                leaf_bits,
+                child_bits,
+                leaves,
+                children: children.into_boxed_slice(),
+            }))
+        }
     }
-    Some(Arc::new(Node {
-        leaf_bits,
-        child_bits,
-        leaves,
-        children: children.into_boxed_slice(),
-    }))
 }
 
 /// The slots of the node at `depth` on the way to `network`, from the routes
-/// of lengths `6 * depth ..= 6 * depth + 5` under it.
+/// of lengths `6 * depth + 1 ..= 6 * depth + 6` under it (and `::/0` at the
+/// root).
 fn build_leaves(depth: u32, network: u128, routes: &RoutesByLen) -> (u64, Box<[u32]>) {
     let base_len = STRIDE * depth;
-    let node_prefix = mask(network, base_len as u8);
+    let node_prefix = network & prefix_mask(base_len);
     let mut slots: [Option<u32>; 64] = [None; 64];
-    let top_len = (base_len + STRIDE - 1).min(128);
-    for len in base_len..=top_len {
+    let first_len = if depth == 0 { 0 } else { base_len + 1 };
+    let last_len = (base_len + STRIDE).min(128);
+    for len in first_len..=last_len {
         let by_network = &routes[len as usize];
         if by_network.is_empty() {
             continue;
