@@ -28,11 +28,7 @@ const STRIDE: u32 = 6;
 /// Depth of the deepest node (bits 126..128).
 const MAX_DEPTH: u32 = 128 / STRIDE;
 
-/// The network address of `addr` with `len` bits kept.
-pub(crate) fn mask(addr: u128, len: u8) -> u128 {
-    addr & prefix_mask(u32::from(len))
-}
-
+/// The mask keeping the first `len` bits.
 fn prefix_mask(len: u32) -> u128 {
     if len == 0 {
         0
