@@ -101,35 +101,50 @@ pub fn flow_source_port(hash: u32, min: u16, max: u16) -> u16 {
 /// (`net.ipv4.ip_local_port_range`, 32768 60999).
 pub const VXLAN_SRC_PORT_RANGE: (u16, u16) = (32768, 60999);
 
-fn emit_outer(
+/// Writes the outer Ethernet and IPv4 headers into `h` in one pass.
+///
+/// This is the per-packet cost of encapsulation, so it does not go through
+/// the `Repr` emitters: the 34 bytes are written at fixed offsets of a
+/// fixed-size array (no bounds checks) and the IPv4 checksum is summed from
+/// the values directly, not re-read from memory. `tests` check it against
+/// `EthernetRepr`/`Ipv4Repr`, the kernel and etherparse.
+#[inline]
+fn write_outer(
     outer: &OuterHeader,
-    frame: &mut [u8],
+    h: &mut [u8; IPIP_HEADER_LEN],
     protocol: IpProtocol,
-    ip_payload_len: usize,
+    ip_total: u16,
     ident: u16,
-) -> Result<()> {
-    let eth = ethernet::EthernetRepr {
-        src_addr: outer.src_mac,
-        dst_addr: outer.dst_mac,
-        vlan: None,
-        ethertype: EtherType::Ipv4,
-    };
-    eth.emit(&mut ethernet::Frame::new_unchecked(&mut *frame))?;
-    let ip = ipv4::Ipv4Repr {
-        src_addr: outer.src_addr,
-        dst_addr: outer.dst_addr,
-        protocol,
-        payload_len: ip_payload_len,
-        ttl: outer.ttl,
-        tos: outer.tos,
-        ident,
-        dont_frag: outer.dont_frag,
-        more_frags: false,
-        frag_offset: 0,
-    };
-    ip.emit(&mut ipv4::Packet::new_unchecked(
-        &mut frame[offset::OUTER_IPV4..],
-    ))
+) {
+    let s = outer.src_addr.octets();
+    let d = outer.dst_addr.octets();
+    let flags: u16 = if outer.dont_frag { 0x4000 } else { 0 };
+    let ver_tos = u16::from_be_bytes([0x45, outer.tos]);
+    let ttl_proto = u16::from_be_bytes([outer.ttl, u8::from(protocol)]);
+    let sum = u32::from(ver_tos)
+        + u32::from(ip_total)
+        + u32::from(ident)
+        + u32::from(flags)
+        + u32::from(ttl_proto)
+        + u32::from(u16::from_be_bytes([s[0], s[1]]))
+        + u32::from(u16::from_be_bytes([s[2], s[3]]))
+        + u32::from(u16::from_be_bytes([d[0], d[1]]))
+        + u32::from(u16::from_be_bytes([d[2], d[3]]));
+    let sum = (sum & 0xffff) + (sum >> 16);
+    let sum = (sum & 0xffff) + (sum >> 16);
+    let csum = !(sum as u16);
+
+    h[0..6].copy_from_slice(&outer.dst_mac.0);
+    h[6..12].copy_from_slice(&outer.src_mac.0);
+    h[12..14].copy_from_slice(&u16::from(EtherType::Ipv4).to_be_bytes());
+    h[14..16].copy_from_slice(&ver_tos.to_be_bytes());
+    h[16..18].copy_from_slice(&ip_total.to_be_bytes());
+    h[18..20].copy_from_slice(&ident.to_be_bytes());
+    h[20..22].copy_from_slice(&flags.to_be_bytes());
+    h[22..24].copy_from_slice(&ttl_proto.to_be_bytes());
+    h[24..26].copy_from_slice(&csum.to_be_bytes());
+    h[26..30].copy_from_slice(&s);
+    h[30..34].copy_from_slice(&d);
 }
 
 /// An IPIP tunnel to one remote node.
@@ -144,11 +159,13 @@ impl IpipEncap {
     /// front of the inner IPv4 packet at `frame[34..]`, which fills the
     /// rest of the slice. `ident` is the outer IP ID.
     pub fn emit(&self, frame: &mut [u8], ident: u16) -> Result<()> {
-        if frame.len() < IPIP_HEADER_LEN {
+        let ip_total = u16::try_from(frame.len() - ethernet::HEADER_LEN.min(frame.len()))
+            .map_err(|_| Error::BufferTooSmall)?;
+        let Some(h) = frame.first_chunk_mut::<IPIP_HEADER_LEN>() else {
             return Err(Error::BufferTooSmall);
-        }
-        let inner_len = frame.len() - IPIP_HEADER_LEN;
-        emit_outer(&self.outer, frame, IpProtocol::IpIp, inner_len, ident)
+        };
+        write_outer(&self.outer, h, IpProtocol::IpIp, ip_total, ident);
+        Ok(())
     }
 }
 
@@ -171,32 +188,32 @@ impl VxlanEncap {
     /// which fills the rest of the slice. `ident` is the outer IP ID and
     /// `src_port` the UDP source port (see [`flow_source_port`]).
     pub fn emit(&self, frame: &mut [u8], ident: u16, src_port: u16) -> Result<()> {
-        if frame.len() < VXLAN_HEADER_LEN {
+        if self.vni > vxlan::MAX_VNI {
+            return Err(Error::Malformed);
+        }
+        let ip_total = u16::try_from(frame.len() - ethernet::HEADER_LEN.min(frame.len()))
+            .map_err(|_| Error::BufferTooSmall)?;
+        let udp_len = ip_total.wrapping_sub(ipv4::HEADER_LEN as u16);
+        let Some(h) = frame.first_chunk_mut::<VXLAN_HEADER_LEN>() else {
             return Err(Error::BufferTooSmall);
+        };
+        let (outer, rest) = h.split_at_mut(IPIP_HEADER_LEN);
+        let outer: &mut [u8; IPIP_HEADER_LEN] =
+            outer.try_into().map_err(|_| Error::BufferTooSmall)?;
+        write_outer(&self.outer, outer, IpProtocol::Udp, ip_total, ident);
+        // UDP header, checksum 0 for now, then VXLAN: flags I, VNI.
+        let v = self.vni.to_be_bytes();
+        rest[0..2].copy_from_slice(&src_port.to_be_bytes());
+        rest[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
+        rest[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        rest[6..8].copy_from_slice(&[0, 0]);
+        rest[8..16].copy_from_slice(&[vxlan::FLAG_I, 0, 0, 0, v[1], v[2], v[3], 0]);
+        if self.udp_checksum == UdpChecksum::Compute {
+            // Finalize once the whole datagram is in place.
+            udp::Packet::new_unchecked(&mut frame[offset::UDP..])
+                .fill_checksum(self.outer.src_addr, self.outer.dst_addr);
         }
-        let inner_len = frame.len() - VXLAN_HEADER_LEN;
-        vxlan::VxlanRepr { vni: self.vni }.emit(&mut vxlan::Packet::new_unchecked(
-            &mut frame[offset::VXLAN..],
-        ))?;
-        let udp_payload = vxlan::HEADER_LEN + inner_len;
-        udp::UdpRepr {
-            src_port,
-            dst_port: self.dst_port,
-            payload_len: udp_payload,
-        }
-        .emit(
-            &mut udp::Packet::new_unchecked(&mut frame[offset::UDP..]),
-            self.outer.src_addr,
-            self.outer.dst_addr,
-            self.udp_checksum,
-        )?;
-        emit_outer(
-            &self.outer,
-            frame,
-            IpProtocol::Udp,
-            udp::HEADER_LEN + udp_payload,
-            ident,
-        )
+        Ok(())
     }
 }
 
