@@ -6,6 +6,10 @@
 //! non-ARP or malformed payload whose bytes 24..28 happen to match), which
 //! the full parse then rejects, but never a false negative: every valid
 //! Ethernet/IPv4 ARP packet has its target protocol address exactly there.
+//!
+//! Hand-written rather than etherparse's `ArpPacket`: proxy ARP turns the
+//! request into the reply in the same buffer, and etherparse's ARP type is an
+//! owned copy of 1 KiB of address buffers.
 
 use std::net::Ipv4Addr;
 

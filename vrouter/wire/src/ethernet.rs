@@ -4,6 +4,9 @@
 //! the ethertype of the payload and [`Frame::payload`] always starts at the
 //! L3 header, tagged or not. One tag is understood; a second (QinQ) tag shows
 //! up as ethertype 0x8100 in the payload, which the pipeline drops as unknown.
+//!
+//! Hand-written rather than etherparse's `Ethernet2Slice`: forwarding rewrites
+//! both MACs in place in the UMEM frame, which a read-only slice cannot do.
 
 use core::fmt;
 

@@ -7,6 +7,10 @@
 //! IP header plus the first 8 bytes of its payload.
 //! [`emit_error_in_place`] rewrites the dropped frame into the error, so
 //! even this slow path needs no second buffer.
+//!
+//! Hand-written rather than etherparse's `Icmpv4Slice`/`PacketBuilder`: the
+//! builder writes into a new buffer, and the error is built in the dropped
+//! frame's own buffer.
 
 use std::net::Ipv4Addr;
 

@@ -6,6 +6,10 @@
 //!
 //! [`Packet::decrement_ttl`] is the forwarding step: one byte changes, and
 //! the checksum follows by RFC 1624 instead of a full recomputation.
+//!
+//! Hand-written rather than etherparse's `Ipv4HeaderSlice`: the TTL and
+//! checksum are rewritten in place on every forwarded packet, and the outer
+//! header of an encapsulated packet is written into headroom.
 
 use std::net::Ipv4Addr;
 

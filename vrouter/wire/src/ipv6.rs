@@ -4,6 +4,9 @@
 //! extension headers, so [`Packet::next_header`] is the first one (which
 //! for pod traffic is almost always TCP, UDP or ICMPv6). There is no header
 //! checksum, so [`Packet::decrement_hop_limit`] is a single byte write.
+//!
+//! Hand-written rather than etherparse's `Ipv6HeaderSlice` for the same
+//! reason as IPv4: the hop limit is rewritten in place.
 
 use std::net::Ipv6Addr;
 

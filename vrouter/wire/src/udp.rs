@@ -3,6 +3,9 @@
 //! A checksum of zero means "not computed" over IPv4. Linux sends VXLAN with
 //! a zero outer UDP checksum unless the device has `udpcsum`; the emitter
 //! takes the choice as [`UdpChecksum`].
+//!
+//! Hand-written rather than etherparse's `UdpSlice`: the VXLAN outer UDP
+//! header is written in place in front of a payload that is already there.
 
 use std::net::Ipv4Addr;
 

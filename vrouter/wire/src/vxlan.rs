@@ -8,6 +8,8 @@
 //! The I flag (0x08) must be set for the VNI to be valid; receivers ignore
 //! the reserved bits (RFC 7348 §5), so [`Packet::check_len`] does not look
 //! at them, and [`VxlanRepr::parse`] only requires I.
+//!
+//! etherparse has no VXLAN type; this is the only implementation.
 
 use crate::error::{Error, Result};
 
