@@ -8,10 +8,19 @@
 //!
 //! The calls are blocking: a private tokio runtime with one worker drives the
 //! gRPC client, which keeps the IPAM logic and the CNI plugin synchronous.
+//!
+//! Failover is ours, not the gRPC balancer's: the balanced channel keeps
+//! picking a dead member, so the store holds one client per member, talks to
+//! one at a time and moves to the next member when a call fails with a
+//! transport or "unavailable" error. Reads are retried once on every member;
+//! a failed `Txn` is reported (its outcome is unknown) after moving on, so the
+//! caller's retry reaches a live member.
 //! A transport failure during a `Txn` leaves its outcome unknown; it is
 //! reported as [`StoreError::Unavailable`] and the IPAM logic's retry re-reads
 //! first, which is safe because every write is conditional.
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -24,7 +33,12 @@ use super::{Compare, Datastore, Entry, StoreError, Write};
 /// The etcd-backed [`Datastore`].
 pub struct EtcdStore {
     runtime: Runtime,
-    client: Client,
+    endpoints: Vec<String>,
+    timeout: Duration,
+    /// One lazily connected client per endpoint.
+    clients: Mutex<Vec<Option<Client>>>,
+    /// The endpoint in use.
+    current: AtomicUsize,
 }
 
 fn unavailable(e: etcd_client::Error) -> StoreError {
@@ -41,14 +55,78 @@ impl EtcdStore {
             .enable_all()
             .build()
             .map_err(|e| StoreError::Backend(format!("tokio runtime: {e}")))?;
+        if endpoints.is_empty() {
+            return Err(StoreError::Backend("no etcd endpoints".into()));
+        }
+        let store = EtcdStore {
+            runtime,
+            endpoints: endpoints.to_vec(),
+            timeout,
+            clients: Mutex::new(vec![None; endpoints.len()]),
+            current: AtomicUsize::new(0),
+        };
+        // Fail early when no member answers at all.
+        store.read(|mut kv| async move {
+            kv.get("/", Some(GetOptions::new().with_keys_only().with_limit(1)))
+                .await
+        })?;
+        Ok(store)
+    }
+
+    /// The client of endpoint `i`, connecting it if needed.
+    fn client(&self, i: usize) -> Result<Client, etcd_client::Error> {
+        if let Some(c) = self.clients.lock().unwrap_or_else(|p| p.into_inner())[i].clone() {
+            return Ok(c);
+        }
         let options = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout)
+            .with_connect_timeout(self.timeout)
+            .with_timeout(self.timeout)
             .with_require_leader(true);
-        let client = runtime
-            .block_on(Client::connect(endpoints, Some(options)))
-            .map_err(unavailable)?;
-        Ok(EtcdStore { runtime, client })
+        let c = self
+            .runtime
+            .block_on(Client::connect([self.endpoints[i].as_str()], Some(options)))?;
+        self.clients.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Runs `call` on the current member; on failure moves to the next one.
+    fn once<T, F, Fut>(&self, call: &F) -> Result<T, etcd_client::Error>
+    where
+        F: Fn(etcd_client::KvClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let i = self.current.load(Ordering::Relaxed) % self.endpoints.len();
+        let r = self
+            .client(i)
+            .and_then(|c| self.runtime.block_on(call(c.kv_client())));
+        if r.is_err() {
+            // Someone else may have moved on already; move only from `i`.
+            let _ = self.current.compare_exchange(
+                i,
+                (i + 1) % self.endpoints.len(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        r
+    }
+
+    /// A read, tried on every member before giving up.
+    fn read<T, F, Fut>(&self, call: F) -> Result<T, StoreError>
+    where
+        F: Fn(etcd_client::KvClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut last = None;
+        for _ in 0..self.endpoints.len() {
+            match self.once(&call) {
+                Ok(v) => return Ok(v),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last
+            .map(unavailable)
+            .unwrap_or_else(|| StoreError::Unavailable("no endpoint".into())))
     }
 
     fn entry(kv: &etcd_client::KeyValue) -> Result<Entry, StoreError> {
@@ -70,20 +148,14 @@ impl Datastore for EtcdStore {
     }
 
     fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
-        let mut kv = self.client.kv_client();
-        let resp = self
-            .runtime
-            .block_on(kv.get(key, None))
-            .map_err(unavailable)?;
+        let resp = self.read(|mut kv| async move { kv.get(key, None).await })?;
         resp.kvs().first().map(Self::entry).transpose()
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
-        let mut kv = self.client.kv_client();
-        let resp = self
-            .runtime
-            .block_on(kv.get(prefix, Some(GetOptions::new().with_prefix())))
-            .map_err(unavailable)?;
+        let resp = self.read(|mut kv| async move {
+            kv.get(prefix, Some(GetOptions::new().with_prefix())).await
+        })?;
         resp.kvs().iter().map(Self::entry).collect()
     }
 
@@ -106,10 +178,12 @@ impl Datastore for EtcdStore {
                 Write::Delete(k) => TxnOp::delete(k.as_str(), None),
             })
             .collect();
-        let mut kv = self.client.kv_client();
+        let txn = Txn::new().when(when).and_then(then);
         let resp = self
-            .runtime
-            .block_on(kv.txn(Txn::new().when(when).and_then(then)))
+            .once(&|mut kv: etcd_client::KvClient| {
+                let txn = txn.clone();
+                async move { kv.txn(txn).await }
+            })
             .map_err(unavailable)?;
         Ok(resp.succeeded())
     }
