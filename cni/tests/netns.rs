@@ -595,3 +595,80 @@ fn dual_stack_pods_get_a_128_and_the_link_local_gateway() -> Result<()> {
     assert!(w.allocations().is_empty());
     Ok(())
 }
+
+/// `brindle-ipam` next to the `brindle` binary (build it into the same
+/// target dir with `cargo build -p brindle-ipam`).
+fn brindle_ipam() -> Option<std::path::PathBuf> {
+    let p = brindle().parent()?.join("brindle-ipam");
+    p.is_file().then_some(p)
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn with_brindle_ipam_standalone_add_gc_status_del_leave_no_handle() -> Result<()> {
+    let Some(ipam_bin) = brindle_ipam() else {
+        eprintln!(
+            "brindle-ipam not built next to brindle: run `cargo build -p brindle-ipam` first"
+        );
+        return Ok(());
+    };
+    let w = World::new("1.1.0", true)?;
+    std::os::unix::fs::symlink(&ipam_bin, w.cni_path.dir.path().join("brindle-ipam"))?;
+    let db = w.ipam_dir.path().join("ipam.redb");
+    let mut conf = w.conf()?;
+    conf["ipam"] = json!({
+        "type": "brindle-ipam", "mode": "standalone", "embedded_path": db, "node": "node-a",
+        "bootstrap_pools": [{"name": "p", "cidr": "10.79.0.0/24", "block_size": 26}],
+    });
+    let pods: Vec<Netns> = (0..3).map(|_| Netns::new("bcp")).collect::<Result<_>>()?;
+    let mut ips = BTreeSet::new();
+    for (i, pod) in pods.iter().enumerate() {
+        let r = w
+            .run(&w.inv("ADD", &format!("c{i}"), pod), &conf)?
+            .ok()?
+            .clone();
+        assert_eq!(r["cniVersion"], "1.1.0");
+        let ip = pod_ip(&r)?;
+        assert!(ip.starts_with("10.79.0."), "{r}");
+        let info = &pod.ip_json(&["-4", "addr", "show", "dev", "eth0"])?[0]["addr_info"];
+        assert_eq!(info[0]["local"], ip.as_str());
+        ips.insert(ip);
+        w.run(
+            &w.inv("CHECK", &format!("c{i}"), pod),
+            &with_prev(&conf, &r),
+        )?
+        .ok()?;
+    }
+    assert_eq!(ips.len(), 3);
+    let status = w.inv("STATUS", "", &pods[0]);
+    w.run(&status, &conf)?.ok()?;
+
+    // GC keeps c0 only: the others' veths and allocations go.
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "c0", "ifname": "eth0"}]);
+    w.run(&status.with_command("GC"), &gc)?.ok()?;
+    assert_eq!(w.host.bri_links()?.len(), 1);
+    // c1 can be added again and gets an address (its old one was freed).
+    w.run(&w.inv("DEL", "c1", &pods[1]), &conf)?.ok()?;
+    for (i, pod) in pods.iter().enumerate() {
+        w.run(&w.inv("DEL", &format!("c{i}"), pod), &conf)?.ok()?;
+    }
+    assert!(w.host.bri_links()?.is_empty());
+    let handles = sh(&[
+        ipam_bin.to_str().unwrap(),
+        "admin",
+        "--mode",
+        "standalone",
+        "--embedded-path",
+        db.to_str().unwrap(),
+        "handles",
+        "-o",
+        "json",
+    ])?;
+    assert_eq!(
+        serde_json::from_str::<Value>(&handles)?,
+        json!([]),
+        "{handles}"
+    );
+    Ok(())
+}
