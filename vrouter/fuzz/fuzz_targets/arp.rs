@@ -12,7 +12,11 @@ fuzz_target!(|data: &[u8]| {
         assert!(speculative.is_none() || data.len() >= arp::PACKET_LEN);
         return;
     };
-    let _ = (packet.hardware_type(), packet.protocol_type(), packet.operation());
+    let _ = (
+        packet.hardware_type(),
+        packet.protocol_type(),
+        packet.operation(),
+    );
     let _ = (packet.hardware_len(), packet.protocol_len());
     let Ok(repr) = ArpRepr::parse(&packet) else {
         return;
@@ -23,7 +27,10 @@ fuzz_target!(|data: &[u8]| {
 
     let mut out = vec![0u8; repr.buffer_len()];
     repr.emit(&mut Packet::new_unchecked(&mut out[..])).unwrap();
-    assert_eq!(ArpRepr::parse(&Packet::new_checked(&out[..]).unwrap()), Ok(repr));
+    assert_eq!(
+        ArpRepr::parse(&Packet::new_checked(&out[..]).unwrap()),
+        Ok(repr)
+    );
     assert_eq!(&out[..], &data[..arp::PACKET_LEN]);
 
     let mut reply = out.clone();

@@ -16,10 +16,30 @@ fuzz_target!(|data: &[u8]| {
     let Ok(packet) = Ipv4Packet::new_checked(data) else {
         return;
     };
-    let _ = (packet.version(), packet.header_len(), packet.dscp(), packet.ecn());
-    let _ = (packet.total_len(), packet.ident(), packet.dont_frag(), packet.more_frags());
-    let _ = (packet.frag_offset(), packet.ttl(), packet.protocol(), packet.checksum());
-    let _ = (packet.src_addr(), packet.dst_addr(), packet.options(), packet.payload());
+    let _ = (
+        packet.version(),
+        packet.header_len(),
+        packet.dscp(),
+        packet.ecn(),
+    );
+    let _ = (
+        packet.total_len(),
+        packet.ident(),
+        packet.dont_frag(),
+        packet.more_frags(),
+    );
+    let _ = (
+        packet.frag_offset(),
+        packet.ttl(),
+        packet.protocol(),
+        packet.checksum(),
+    );
+    let _ = (
+        packet.src_addr(),
+        packet.dst_addr(),
+        packet.options(),
+        packet.payload(),
+    );
     let quote = packet.icmp_quote().len();
     assert!(quote <= icmpv4::MAX_QUOTE_LEN);
     let valid = packet.verify_checksum();
@@ -33,7 +53,8 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(repr) = Ipv4Repr::parse(&packet) {
         let mut out = vec![0u8; repr.buffer_len() + repr.payload_len];
         out[repr.buffer_len()..].copy_from_slice(packet.payload());
-        repr.emit(&mut Ipv4Packet::new_unchecked(&mut out[..])).unwrap();
+        repr.emit(&mut Ipv4Packet::new_unchecked(&mut out[..]))
+            .unwrap();
         let again = Ipv4Packet::new_checked(&out[..]).unwrap();
         assert_eq!(Ipv4Repr::parse(&again), Ok(repr));
         assert_eq!(again.payload(), packet.payload());
@@ -41,7 +62,10 @@ fuzz_target!(|data: &[u8]| {
 
     for (error, q) in [
         (Icmpv4Error::TimeExceeded, Quote::HeaderPlus8),
-        (Icmpv4Error::FragmentationNeeded { next_hop_mtu: 1450 }, Quote::Rfc1812),
+        (
+            Icmpv4Error::FragmentationNeeded { next_hop_mtu: 1450 },
+            Quote::Rfc1812,
+        ),
     ] {
         let mut frame = vec![0u8; 14 + data.len() + 64];
         frame[14..14 + data.len()].copy_from_slice(data);

@@ -18,7 +18,12 @@ fuzz_target!(|data: &[u8]| {
     let Ok(packet) = UdpPacket::new_checked(data) else {
         return;
     };
-    let _ = (packet.src_port(), packet.dst_port(), packet.len(), packet.is_empty());
+    let _ = (
+        packet.src_port(),
+        packet.dst_port(),
+        packet.len(),
+        packet.is_empty(),
+    );
     let _ = (packet.checksum(), packet.payload());
     let Ok(repr) = UdpRepr::parse(&packet, src, dst) else {
         return;

@@ -11,11 +11,20 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(packet) = VxlanPacket::new_checked(data) {
-        let _ = (packet.flags(), packet.has_vni(), packet.vni(), packet.payload());
+        let _ = (
+            packet.flags(),
+            packet.has_vni(),
+            packet.vni(),
+            packet.payload(),
+        );
         if let Ok(repr) = VxlanRepr::parse(&packet) {
             let mut out = vec![0u8; repr.buffer_len()];
-            repr.emit(&mut VxlanPacket::new_unchecked(&mut out[..])).unwrap();
-            assert_eq!(VxlanRepr::parse(&VxlanPacket::new_checked(&out[..]).unwrap()), Ok(repr));
+            repr.emit(&mut VxlanPacket::new_unchecked(&mut out[..]))
+                .unwrap();
+            assert_eq!(
+                VxlanRepr::parse(&VxlanPacket::new_checked(&out[..]).unwrap()),
+                Ok(repr)
+            );
         }
     }
 
@@ -46,5 +55,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let again = encap::vxlan_inner(&out, VXLAN_PORT).expect("our own encap decapsulates");
     assert_eq!(again.vni, decap.vni);
-    assert_eq!(&out[again.inner_offset..again.inner_offset + again.inner_len], inner);
+    assert_eq!(
+        &out[again.inner_offset..again.inner_offset + again.inner_len],
+        inner
+    );
 });

@@ -82,6 +82,22 @@ pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: IpProtocol, leng
     fold(acc)
 }
 
+/// Sum of the IPv6 pseudo-header of upper-layer checksums (RFC 8200
+/// §8.1): source, destination, upper-layer length (32 bits), and the next
+/// header.
+#[inline]
+pub fn pseudo_header_v6(
+    src: std::net::Ipv6Addr,
+    dst: std::net::Ipv6Addr,
+    next_header: IpProtocol,
+    length: u32,
+) -> u16 {
+    let mut acc = u64::from(data(&src.octets())) + u64::from(data(&dst.octets()));
+    acc += u64::from(length >> 16) + u64::from(length & 0xffff);
+    acc += u64::from(u8::from(next_header));
+    fold(acc)
+}
+
 /// RFC 1624 incremental update: the new checksum field after one 16-bit word
 /// covered by `checksum` changes from `old` to `new`.
 ///

@@ -11,7 +11,8 @@
 //! Formats: [`ethernet`] (with one 802.1Q/802.1ad tag), [`arp`] (with a
 //! speculative target-IP prefilter), [`ipv4`] (options skipped by IHL,
 //! TTL decrement with an RFC 1624 checksum update), [`ipv6`], [`icmpv4`]
-//! (time exceeded and fragmentation needed, built in place), [`udp`],
+//! (time exceeded and fragmentation needed, built in place), [`icmpv6`]
+//! (hop limit exceeded and packet too big, built in place), [`udp`],
 //! [`vxlan`], and [`encap`] (IPIP and VXLAN outer headers written into the
 //! headroom in front of a packet, and the decapsulation offsets);
 //! [`checksum`] has RFC 1071/1624 and the pseudo-header.
@@ -58,6 +59,7 @@ pub mod encap;
 pub mod error;
 pub mod ethernet;
 pub mod icmpv4;
+pub mod icmpv6;
 pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
@@ -69,6 +71,7 @@ pub use encap::{IpipEncap, OuterHeader, VxlanDecap, VxlanEncap};
 pub use error::{Error, Result};
 pub use ethernet::{EtherType, EthernetRepr, Frame as EthernetFrame, MacAddr, VlanTag};
 pub use icmpv4::{Icmpv4Error, Icmpv4Repr, Packet as Icmpv4Packet};
+pub use icmpv6::{Icmpv6Error, Packet as Icmpv6Packet};
 pub use ip::IpProtocol;
 pub use ipv4::{Ipv4Repr, Packet as Ipv4Packet};
 pub use ipv6::{Ipv6Repr, Packet as Ipv6Packet};

@@ -4,12 +4,14 @@
 //! Fields that are legitimately random and therefore taken from the capture
 //! rather than predicted: the outer IPv4 identification (Linux picks it per
 //! packet when DF is clear), the VXLAN UDP source port (a hash of the
-//! inner flow with a per-boot seed), and the IP ID of ICMP errors.
+//! inner flow with a per-boot seed), the IP ID of ICMP errors and the flow
+//! label of ICMPv6 errors.
 
 use std::net::Ipv4Addr;
 
 use brindle_wire::encap::{self, OuterHeader};
 use brindle_wire::icmpv4::{self, ErrorHeader, Quote};
+use brindle_wire::icmpv6::{self, Icmpv6Error};
 use brindle_wire::{
     ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetFrame, Icmpv4Error, Icmpv4Packet,
     Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, MacAddr, UdpChecksum,
@@ -254,7 +256,7 @@ fn kernel_time_exceeded_is_reproduced_byte_for_byte() {
 fn kernel_fragmentation_needed_is_reproduced_byte_for_byte() {
     check_icmp_error(
         include_str!("vectors/icmp_frag_needed.hex"),
-        Icmpv4Error::FragmentationNeeded { next_hop_mtu: 1000 },
+        Icmpv4Error::FragmentationNeeded { next_hop_mtu: 1300 },
     );
 }
 
@@ -276,4 +278,51 @@ fn kernel_ipv4_options_are_skipped_and_ttl_decrement_keeps_the_checksum() {
         assert_eq!(eh.header_len(), 60);
         assert_eq!(rest, ip.payload());
     }
+}
+
+/// Builds the ICMPv6 error R sent about `original` and compares.
+fn check_icmpv6_error(text: &str, error: Icmpv6Error) {
+    let frames = frames(text);
+    assert_eq!(frames.len(), 2, "the original and R's error");
+    let (original, kernel_error) = (&frames[0], &frames[1]);
+    let kernel_ip = Ipv6Packet::new_checked(&kernel_error[14..]).unwrap();
+    let r_ip: std::net::Ipv6Addr = "fd00::fe".parse().unwrap();
+    let a_ip: std::net::Ipv6Addr = "fd00::1".parse().unwrap();
+    assert_eq!(kernel_ip.src_addr(), r_ip);
+    let kernel_icmp = brindle_wire::Icmpv6Packet::new_checked(kernel_ip.payload()).unwrap();
+    assert!(kernel_icmp.verify_checksum(r_ip, a_ip));
+
+    let orig_ip = Ipv6Packet::new_checked(&original[14..]).unwrap();
+    assert!(icmpv6::may_send_error_about(&orig_ip));
+    let header = icmpv6::ErrorHeader {
+        src_mac: R_MAC,
+        dst_mac: A_MAC,
+        src_addr: r_ip,
+        hop_limit: 64,
+        flow_label: kernel_ip.flow_label(),
+    };
+    let mut buf = original.clone();
+    buf.resize(buf.len().max(1300), 0xa5);
+    let len = icmpv6::emit_error_in_place(&mut buf, 14, error, &header).unwrap();
+    assert!(len <= 14 + 1280);
+    assert_eq!(hex::encode(&buf[..len]), hex::encode(kernel_error));
+    assert!(!icmpv6::may_send_error_about(
+        &Ipv6Packet::new_checked(&buf[14..len]).unwrap()
+    ));
+}
+
+#[test]
+fn kernel_icmpv6_time_exceeded_is_reproduced_byte_for_byte() {
+    check_icmpv6_error(
+        include_str!("vectors/icmpv6_time_exceeded.hex"),
+        Icmpv6Error::TimeExceeded,
+    );
+}
+
+#[test]
+fn kernel_icmpv6_packet_too_big_is_reproduced_byte_for_byte() {
+    check_icmpv6_error(
+        include_str!("vectors/icmpv6_packet_too_big.hex"),
+        Icmpv6Error::PacketTooBig { mtu: 1300 },
+    );
 }

@@ -213,6 +213,11 @@ fn parse_everything(bytes: &[u8]) -> bool {
     }
     if let Ok(p) = Ipv6Packet::new_checked(bytes) {
         let _ = (p.payload(), Ipv6Repr::parse(&p));
+        let _ = brindle_wire::icmpv6::may_send_error_about(&p);
+    }
+    if let Ok(p) = brindle_wire::Icmpv6Packet::new_checked(bytes) {
+        let _ = (p.data(), p.mtu(), p.msg_type().is_error());
+        let _ = p.verify_checksum(Ipv6Addr::LOCALHOST, Ipv6Addr::LOCALHOST);
     }
     if let Ok(p) = Icmpv4Packet::new_checked(bytes) {
         let _ = (p.data(), Icmpv4Repr::parse(&p));
@@ -262,6 +267,8 @@ fn every_prefix_of_every_kernel_frame_parses_or_errors_without_panicking() {
         include_str!("vectors/ipv6_icmp_echo.hex"),
         include_str!("vectors/icmp_time_exceeded.hex"),
         include_str!("vectors/icmp_frag_needed.hex"),
+        include_str!("vectors/icmpv6_time_exceeded.hex"),
+        include_str!("vectors/icmpv6_packet_too_big.hex"),
         include_str!("vectors/ipv4_options.hex"),
     ];
     let mut frames = 0;

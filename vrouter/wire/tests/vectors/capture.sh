@@ -12,8 +12,10 @@
 #   R  r0 02:00:00:00:00:1a 192.168.100.254/24, fd00::fe/64 (peer of a0)
 #      vx0 10.244.0.2/24 (02:00:00:00:0e:02),
 #      vx1 10.245.0.2/24 (02:00:00:00:0e:12), forwarding on
-#      r1 02:00:00:00:00:1b 192.168.200.254/24 mtu 1000
-#   B  b0 02:00:00:00:00:0b 192.168.200.1/24 mtu 1000, default via .254
+#      r1 02:00:00:00:00:1b 192.168.200.254/24, fd01::fe/64, mtu 1300
+#   B  b0 02:00:00:00:00:0b 192.168.200.1/24, fd01::1/64, mtu 1300,
+#      default via .254 / fd01::fe
+#   (A's IPv6 default route is via fd00::fe)
 #
 # Every capture is taken on a0 in A, one scenario at a time, and written as
 # <scenario>.hex: one frame per line, hex, in capture order.
@@ -41,23 +43,28 @@ r() { ip netns exec "$R" "$@"; }
 b() { ip netns exec "$B" "$@"; }
 
 for ns in "$A" "$R" "$B"; do ip netns exec "$ns" ip link set lo up; done
-a sysctl -qw net.ipv6.conf.all.disable_ipv6=0
+for ns in "$A" "$R" "$B"; do ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=0; done
 r sysctl -qw net.ipv4.ip_forward=1
+r sysctl -qw net.ipv6.conf.all.forwarding=1
 
 a ip link set a0 address 02:00:00:00:00:0a
 r ip link set r0 address 02:00:00:00:00:1a
-r ip link set r1 address 02:00:00:00:00:1b mtu 1000
-b ip link set b0 address 02:00:00:00:00:0b mtu 1000
+r ip link set r1 address 02:00:00:00:00:1b mtu 1300
+b ip link set b0 address 02:00:00:00:00:0b mtu 1300
 
 a ip addr add 192.168.100.1/24 dev a0
 a ip -6 addr add fd00::1/64 dev a0 nodad
 r ip addr add 192.168.100.254/24 dev r0
 r ip -6 addr add fd00::fe/64 dev r0 nodad
 r ip addr add 192.168.200.254/24 dev r1
+r ip -6 addr add fd01::fe/64 dev r1 nodad
 b ip addr add 192.168.200.1/24 dev b0
+b ip -6 addr add fd01::1/64 dev b0 nodad
 a ip link set a0 up; r ip link set r0 up; r ip link set r1 up; b ip link set b0 up
 a ip route add default via 192.168.100.254
 b ip route add default via 192.168.200.254
+a ip -6 route add default via fd00::fe
+b ip -6 route add default via fd01::fe
 
 # The checksums in a capture are final only without TX checksum offload
 # (veth offloads by default, and tcpdump would see partial checksums).
@@ -111,8 +118,12 @@ capture vxlan_default_csum_icmp_echo "udp port 8472" ping -c 1 -W 1 10.245.0.2
 capture ipv6_icmp_echo "ip6" ping -6 -c 1 -W 1 fd00::fe
 # TTL 1 through R: R answers with time exceeded (type 11 code 0).
 capture icmp_time_exceeded "icmp" ping -c 1 -W 1 -t 1 192.168.200.1
-# DF and 1228 bytes towards B behind R's 1000-byte link: R answers with
-# fragmentation needed (type 3 code 4, next-hop MTU 1000).
-capture icmp_frag_needed "icmp" ping -c 1 -W 1 -M do -s 1200 192.168.200.1
+# DF and 1428 bytes towards B behind R's 1300-byte link: R answers with
+# fragmentation needed (type 3 code 4, next-hop MTU 1300).
+capture icmp_frag_needed "icmp" ping -c 1 -W 1 -M do -s 1400 192.168.200.1
+# The same for IPv6: hop limit 1 through R gives time exceeded (ICMPv6 type
+# 3 code 0), 1448 bytes gives packet too big (type 2, MTU 1300).
+capture icmpv6_time_exceeded "icmp6 and ip6[40] != 135 and ip6[40] != 136 and ip6[40] != 133 and ip6[40] != 134" ping -6 -c 1 -W 1 -t 1 fd01::1
+capture icmpv6_packet_too_big "icmp6 and ip6[40] != 135 and ip6[40] != 136 and ip6[40] != 133 and ip6[40] != 134" ping -6 -c 1 -W 1 -M do -s 1400 fd01::1
 # An IPv4 header with options (record route, 40 bytes) to R.
 capture ipv4_options "icmp" ping -c 1 -W 1 -R 192.168.100.254
