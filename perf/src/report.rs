@@ -1,0 +1,471 @@
+//! Results: per-trial figures, the machine's description, CPU shares,
+//! brindle/kernel ratios, the terminal table and the JSON file.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::forwarder::NullForwarderStats;
+use crate::stats::LatencySummary;
+use crate::traffic::ThreadCpu;
+
+/// The machine a run was made on.
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    /// `uname -r`.
+    pub kernel: String,
+    /// CPU model name.
+    pub cpu_model: String,
+    /// Online CPUs.
+    pub cores: usize,
+    /// /proc/loadavg at the start of the run.
+    pub load_at_start: String,
+    /// /proc/loadavg at the end.
+    pub load_at_end: String,
+}
+
+impl Machine {
+    /// Reads /proc.
+    pub fn describe() -> Machine {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let cpu_model = read("/proc/cpuinfo")
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        Machine {
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
+            cpu_model,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            load_at_start: read("/proc/loadavg").trim().to_owned(),
+            load_at_end: String::new(),
+        }
+    }
+}
+
+/// Jiffies of one CPU from /proc/stat.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// user + nice.
+    pub user: u64,
+    /// system.
+    pub system: u64,
+    /// irq + softirq.
+    pub softirq: u64,
+    /// idle + iowait.
+    pub idle: u64,
+    /// steal and the rest.
+    pub other: u64,
+}
+
+/// Parses the `cpuN` lines of /proc/stat.
+pub fn parse_proc_stat(text: &str) -> Vec<CpuTimes> {
+    text.lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .map(|l| {
+            let v: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .map(|x| x.parse().unwrap_or(0))
+                .collect();
+            let f = |i: usize| v.get(i).copied().unwrap_or(0);
+            CpuTimes {
+                user: f(0) + f(1),
+                system: f(2),
+                idle: f(3) + f(4),
+                softirq: f(5) + f(6),
+                other: f(7),
+            }
+        })
+        .collect()
+}
+
+/// Reads /proc/stat now.
+pub fn cpu_times() -> Vec<CpuTimes> {
+    parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap_or_default())
+}
+
+/// Where one CPU's time went during a trial, as fractions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CpuShare {
+    /// CPU number.
+    pub cpu: usize,
+    /// Userspace.
+    pub user: f64,
+    /// Kernel (system calls).
+    pub system: f64,
+    /// Interrupts and softirqs (the kernel's packet processing).
+    pub softirq: f64,
+    /// Idle.
+    pub idle: f64,
+}
+
+/// Shares between two /proc/stat readings.
+pub fn cpu_shares(before: &[CpuTimes], after: &[CpuTimes]) -> Vec<CpuShare> {
+    before
+        .iter()
+        .zip(after)
+        .enumerate()
+        .map(|(cpu, (b, a))| {
+            let d = |x: u64, y: u64| y.saturating_sub(x) as f64;
+            let (u, s, si, id, o) = (
+                d(b.user, a.user),
+                d(b.system, a.system),
+                d(b.softirq, a.softirq),
+                d(b.idle, a.idle),
+                d(b.other, a.other),
+            );
+            let total = (u + s + si + id + o).max(1.0);
+            CpuShare {
+                cpu,
+                user: u / total,
+                system: s / total,
+                softirq: si / total,
+                idle: id / total,
+            }
+        })
+        .collect()
+}
+
+/// What a trial measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrialKind {
+    /// Offered at the maximum rate (or the fixed rate asked for).
+    Throughput,
+    /// Offered at a fraction of the measured maximum, for latency.
+    Latency,
+    /// One step of the zero-loss search.
+    ZeroLossStep,
+}
+
+/// One trial.
+#[derive(Clone, Debug, Serialize)]
+pub struct Trial {
+    /// What it measured.
+    pub kind: TrialKind,
+    /// Frame size label ("64", "1500", "imix").
+    pub frame_size: String,
+    /// Mean frame size on the wire, bytes.
+    pub mean_wire_size: f64,
+    /// Rate asked for (pps), `None` for the maximum.
+    pub target_pps: Option<f64>,
+    /// Frames sent.
+    pub sent: u64,
+    /// Frames of the trial received by the sink.
+    pub received: u64,
+    /// Sent over the sending time.
+    pub offered_pps: f64,
+    /// Received over the sending time.
+    pub rx_pps: f64,
+    /// Received, in wire bits per second (frame + FCS + preamble + gap).
+    pub rx_wire_gbps: f64,
+    /// Frames lost.
+    pub lost: u64,
+    /// Lost over sent.
+    pub loss_ratio: f64,
+    /// Frames out of order.
+    pub reordered: u64,
+    /// Frames at the sink that were not this trial's.
+    pub foreign: u64,
+    /// Frames the sink's own socket dropped (must be 0 for the figure to
+    /// be the forwarder's).
+    pub sink_drops: u64,
+    /// One-way latency.
+    pub latency: Option<LatencySummary>,
+    /// Sending time, seconds.
+    pub elapsed_s: f64,
+    /// The generator thread's CPU time.
+    pub generator_cpu: ThreadCpu,
+    /// The null forwarder's counters and CPU split, for its scenario.
+    pub forwarder: Option<NullForwarderStats>,
+    /// Every CPU's time during the trial.
+    pub cpus: Vec<CpuShare>,
+}
+
+/// Whether a scenario ran.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "status", content = "reason")]
+pub enum Status {
+    /// It ran.
+    Ran,
+    /// It could not run here (not a failure).
+    NotAvailable(String),
+    /// It failed.
+    Failed(String),
+}
+
+/// One scenario's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScenarioResult {
+    /// Its name.
+    pub scenario: String,
+    /// What it is.
+    pub description: String,
+    /// Whether it ran.
+    pub status: Status,
+    /// Its trials.
+    pub trials: Vec<Trial>,
+    /// Zero-loss throughput per frame size (pps), when searched.
+    pub zero_loss_pps: Vec<(String, f64)>,
+    /// Extra facts (e.g. the iptables rule count).
+    pub notes: Vec<String>,
+}
+
+impl ScenarioResult {
+    /// The throughput trial of a frame size.
+    pub fn throughput(&self, size: &str) -> Option<&Trial> {
+        self.trials
+            .iter()
+            .find(|t| t.kind == TrialKind::Throughput && t.frame_size == size)
+    }
+
+    /// The latency trial of a frame size.
+    pub fn latency(&self, size: &str) -> Option<&Trial> {
+        self.trials
+            .iter()
+            .find(|t| t.kind == TrialKind::Latency && t.frame_size == size)
+    }
+}
+
+/// A ratio of two scenarios' received rates at one frame size.
+#[derive(Clone, Debug, Serialize)]
+pub struct Ratio {
+    /// "a / b".
+    pub name: String,
+    /// Frame size.
+    pub frame_size: String,
+    /// rx_pps(a) / rx_pps(b).
+    pub value: f64,
+}
+
+/// A whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The command line.
+    pub command: String,
+    /// Seconds since the epoch at the start.
+    pub started_unix_s: u64,
+    /// The machine.
+    pub machine: Machine,
+    /// Per scenario.
+    pub scenarios: Vec<ScenarioResult>,
+    /// Ratios between scenarios.
+    pub ratios: Vec<Ratio>,
+    /// Caveat printed with every table.
+    pub caveat: String,
+}
+
+/// The ratios the issue asks for, where both sides ran.
+pub const RATIO_PAIRS: [(&str, &str); 6] = [
+    ("null-afxdp", "kernel"),
+    ("kernel-calico", "kernel"),
+    ("null-afxdp", "kernel-vxlan"),
+    ("brindle", "null-afxdp"),
+    ("brindle", "kernel"),
+    ("kernel", "generator"),
+];
+
+/// Computes [`RATIO_PAIRS`] for every frame size.
+pub fn ratios(scenarios: &[ScenarioResult]) -> Vec<Ratio> {
+    let find = |n: &str| scenarios.iter().find(|s| s.scenario == n);
+    let mut out = Vec::new();
+    for (a, b) in RATIO_PAIRS {
+        let (Some(sa), Some(sb)) = (find(a), find(b)) else {
+            continue;
+        };
+        for ta in sa.trials.iter().filter(|t| t.kind == TrialKind::Throughput) {
+            if let Some(tb) = sb.throughput(&ta.frame_size)
+                && tb.rx_pps > 0.0
+            {
+                out.push(Ratio {
+                    name: format!("{a} / {b}"),
+                    frame_size: ta.frame_size.clone(),
+                    value: ta.rx_pps / tb.rx_pps,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.1}", ns as f64 / 1e3)
+}
+
+/// The terminal table (also used in README.md: it is Markdown).
+pub fn table(report: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| scenario | frame | offered Mpps | received Mpps | Gbit/s | loss % | reordered | p50 µs | p99 µs | max µs | zero-loss Mpps | forwarder CPU usr/sys |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for sc in &report.scenarios {
+        if let Status::NotAvailable(why) | Status::Failed(why) = &sc.status
+            && sc.trials.is_empty()
+        {
+            let what = if matches!(sc.status, Status::Failed(_)) {
+                "FAILED"
+            } else {
+                "not available"
+            };
+            let _ = writeln!(
+                s,
+                "| {} | – | {what}: {why} | | | | | | | | | |",
+                sc.scenario
+            );
+            continue;
+        }
+        for t in sc.trials.iter().filter(|t| t.kind == TrialKind::Throughput) {
+            let lat = sc
+                .latency(&t.frame_size)
+                .and_then(|l| l.latency.as_ref())
+                .or(t.latency.as_ref());
+            let (p50, p99, max) = lat.map_or(("–".into(), "–".into(), "–".into()), |l| {
+                (us(l.p50_ns), us(l.p99_ns), us(l.max_ns))
+            });
+            let zl = sc
+                .zero_loss_pps
+                .iter()
+                .find(|(f, _)| f == &t.frame_size)
+                .map_or("–".into(), |(_, p)| format!("{:.3}", p / 1e6));
+            let fwd = t.forwarder.as_ref().map_or("–".into(), |f| {
+                let total = (f.cpu.user_s + f.cpu.system_s).max(1e-9);
+                format!(
+                    "{:.0}% / {:.0}%",
+                    100.0 * f.cpu.user_s / total,
+                    100.0 * f.cpu.system_s / total
+                )
+            });
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.3} | {:.3} | {:.2} | {:.2} | {} | {p50} | {p99} | {max} | {zl} | {fwd} |",
+                sc.scenario,
+                t.frame_size,
+                t.offered_pps / 1e6,
+                t.rx_pps / 1e6,
+                t.rx_wire_gbps,
+                100.0 * t.loss_ratio,
+                t.reordered,
+            );
+        }
+    }
+    if !report.ratios.is_empty() {
+        let _ = writeln!(s, "\n| ratio | frame | value |\n|---|---|---|");
+        for r in &report.ratios {
+            let _ = writeln!(s, "| {} | {} | {:.2} |", r.name, r.frame_size, r.value);
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(size: &str, rx_pps: f64) -> Trial {
+        Trial {
+            kind: TrialKind::Throughput,
+            frame_size: size.into(),
+            mean_wire_size: 64.0,
+            target_pps: None,
+            sent: 1000,
+            received: 900,
+            offered_pps: rx_pps * 1.1,
+            rx_pps,
+            rx_wire_gbps: 0.5,
+            lost: 100,
+            loss_ratio: 0.1,
+            reordered: 0,
+            foreign: 0,
+            sink_drops: 0,
+            latency: None,
+            elapsed_s: 1.0,
+            generator_cpu: ThreadCpu::default(),
+            forwarder: None,
+            cpus: vec![],
+        }
+    }
+
+    fn scenario(name: &str, trials: Vec<Trial>) -> ScenarioResult {
+        ScenarioResult {
+            scenario: name.into(),
+            description: String::new(),
+            status: Status::Ran,
+            trials,
+            zero_loss_pps: vec![],
+            notes: vec![],
+        }
+    }
+
+    #[test]
+    fn ratios_pair_scenarios_by_frame_size() {
+        let s = vec![
+            scenario(
+                "kernel",
+                vec![trial("64", 1_000_000.0), trial("1500", 500_000.0)],
+            ),
+            scenario("null-afxdp", vec![trial("64", 800_000.0)]),
+        ];
+        let r = ratios(&s);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].name, "null-afxdp / kernel");
+        assert_eq!(r[0].frame_size, "64");
+        assert!((r[0].value - 0.8).abs() < 1e-12);
+    }
+
+    #[test]
+    fn report_json_holds_every_figure_and_the_machine() {
+        let mut unavailable = scenario("brindle", vec![]);
+        unavailable.status = Status::NotAvailable("no run mode".into());
+        let report = Report {
+            command: "brindle-perf run".into(),
+            started_unix_s: 1,
+            machine: Machine {
+                kernel: "6.18.0".into(),
+                cpu_model: "Test CPU".into(),
+                cores: 2,
+                load_at_start: "1.0".into(),
+                load_at_end: "2.0".into(),
+            },
+            scenarios: vec![scenario("kernel", vec![trial("64", 1e6)]), unavailable],
+            ratios: vec![],
+            caveat: "noisy".into(),
+        };
+        let v: serde_json::Value = serde_json::to_value(&report).unwrap();
+        assert_eq!(v["machine"]["kernel"], "6.18.0");
+        assert_eq!(v["machine"]["cores"], 2);
+        let t = &v["scenarios"][0]["trials"][0];
+        assert_eq!(t["kind"], "throughput");
+        assert_eq!(t["rx_pps"], 1e6);
+        assert_eq!(t["lost"], 100);
+        assert_eq!(v["scenarios"][1]["status"]["status"], "not-available");
+        assert_eq!(v["scenarios"][1]["status"]["reason"], "no run mode");
+        let table = table(&report);
+        assert!(table.contains("| kernel | 64 | 1.100 | 1.000 |"), "{table}");
+        assert!(
+            table.contains("| brindle | – | not available: no run mode"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn proc_stat_parses_per_cpu_lines_and_shares_sum_to_one() {
+        let before = parse_proc_stat(
+            "cpu  10 0 10 10 0 0 0 0\ncpu0 1 1 2 10 0 0 1 0 0 0\ncpu1 0 0 0 0 0 0 0 0\nintr 5\n",
+        );
+        assert_eq!(before.len(), 2);
+        assert_eq!(before[0].user, 2);
+        let after = parse_proc_stat("cpu0 3 1 4 14 0 1 2 0\ncpu1 0 0 0 10 0 0 0 0\n");
+        let s = cpu_shares(&before, &after);
+        assert_eq!(s.len(), 2);
+        assert!((s[0].user - 0.2).abs() < 1e-9);
+        assert!((s[0].system - 0.2).abs() < 1e-9);
+        assert!((s[0].softirq - 0.2).abs() < 1e-9);
+        assert!((s[0].idle - 0.4).abs() < 1e-9);
+        assert!((s[1].idle - 1.0).abs() < 1e-9);
+    }
+}

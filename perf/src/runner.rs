@@ -1,0 +1,412 @@
+//! Scenarios and trials: each scenario builds its topology, sets up what
+//! forwards, runs its trials back to back and tears everything down.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::calico;
+use crate::forwarder::{Availability, Forwarder};
+use crate::frame::{FlowSpec, FrameSize, WIRE_OVERHEAD};
+use crate::report::{ScenarioResult, Status, Trial, TrialKind, cpu_shares, cpu_times};
+use crate::search::ZeroLossSearch;
+use crate::topo::{self, Shape, TopoError, Topology};
+use crate::traffic::{GeneratorConfig, Rate, Sink, SinkConfig, TrafficError, spawn_generator};
+
+/// The scenarios.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// generator — veth — sink, no router: the generator's own ceiling.
+    Generator,
+    /// generator — router (kernel IPv4 forwarding) — sink.
+    Kernel,
+    /// The same with conntrack and a Calico-style iptables rule set.
+    KernelCalico,
+    /// generator — node A — VXLAN over an underlay veth — node B — sink.
+    KernelVxlan,
+    /// The router's forwarding done by the null AF_XDP forwarder.
+    NullAfxdp,
+    /// The router's forwarding done by brindle-vrouter (hook).
+    Brindle,
+}
+
+impl Scenario {
+    /// Every scenario, in run order.
+    pub const ALL: [Scenario; 6] = [
+        Scenario::Generator,
+        Scenario::Kernel,
+        Scenario::KernelCalico,
+        Scenario::KernelVxlan,
+        Scenario::NullAfxdp,
+        Scenario::Brindle,
+    ];
+
+    /// Its name in tables and JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scenario::Generator => "generator",
+            Scenario::Kernel => "kernel",
+            Scenario::KernelCalico => "kernel-calico",
+            Scenario::KernelVxlan => "kernel-vxlan",
+            Scenario::NullAfxdp => "null-afxdp",
+            Scenario::Brindle => "brindle",
+        }
+    }
+
+    /// One line on what it measures.
+    pub fn description(&self) -> &'static str {
+        match self {
+            Scenario::Generator => {
+                "generator -> veth -> sink, no router: the generator's own ceiling"
+            }
+            Scenario::Kernel => {
+                "kernel IPv4 forwarding between two veths (Calico's standard dataplane without policy)"
+            }
+            Scenario::KernelCalico => {
+                "kernel forwarding + conntrack + Calico-style iptables (50 endpoints)"
+            }
+            Scenario::KernelVxlan => {
+                "two nodes, kernel VXLAN encapsulation and decapsulation over an underlay veth"
+            }
+            Scenario::NullAfxdp => {
+                "null AF_XDP forwarder (MAC + TTL rewrite, shared UMEM, one pinned core): the copy-mode ceiling on veth"
+            }
+            Scenario::Brindle => "brindle-vrouter in static `run` mode between the router's veths",
+        }
+    }
+
+    fn shape(&self) -> Shape {
+        match self {
+            Scenario::Generator => Shape::Direct,
+            Scenario::KernelVxlan => Shape::TwoNodeVxlan,
+            _ => Shape::Routed,
+        }
+    }
+}
+
+/// Options of a run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Scenarios, in order.
+    pub scenarios: Vec<Scenario>,
+    /// Frame sizes.
+    pub sizes: Vec<FrameSize>,
+    /// Seconds per trial.
+    pub duration: Duration,
+    /// Flows.
+    pub flows: u16,
+    /// Rate of the throughput trial.
+    pub rate: Rate,
+    /// Run the zero-loss search too.
+    pub zero_loss: bool,
+    /// Loss a zero-loss trial may have (fraction).
+    pub loss_tolerance: f64,
+    /// Trials of the zero-loss search, at most.
+    pub zero_loss_trials: u32,
+    /// Latency trial at this fraction of the measured maximum.
+    pub latency_fraction: Option<f64>,
+    /// Generator CPU.
+    pub gen_cpu: usize,
+    /// Forwarder CPU.
+    pub fwd_cpu: usize,
+    /// brindle-vrouter binary for the brindle scenario.
+    pub brindle_binary: PathBuf,
+    /// Calico endpoints.
+    pub calico_endpoints: usize,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            scenarios: Scenario::ALL.to_vec(),
+            sizes: vec![FrameSize::Fixed(64), FrameSize::Fixed(1500)],
+            duration: Duration::from_secs(2),
+            flows: 16,
+            rate: Rate::Max,
+            zero_loss: false,
+            loss_tolerance: 0.0,
+            zero_loss_trials: 8,
+            latency_fraction: Some(0.5),
+            gen_cpu: 0,
+            fwd_cpu: 1,
+            brindle_binary: PathBuf::from("brindle-vrouter"),
+            calico_endpoints: 50,
+        }
+    }
+}
+
+/// Errors of a scenario.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Topology or rule setup.
+    #[error(transparent)]
+    Topo(#[from] TopoError),
+    /// Generator, sink or forwarder.
+    #[error(transparent)]
+    Traffic(#[from] TrafficError),
+    /// The user pressed Ctrl-C.
+    #[error("interrupted")]
+    Interrupted,
+}
+
+static TAG: AtomicU16 = AtomicU16::new(1);
+
+/// Flow addresses for a topology.
+pub fn flow_spec(t: &Topology) -> FlowSpec {
+    FlowSpec {
+        dst_mac: t.next_hop_mac,
+        src_mac: t.generator.mac,
+        src_ip: t.generator.ip,
+        dst_ip: t.sink.ip,
+        base_src_port: 10_000,
+        dst_port: 9,
+    }
+}
+
+/// One trial in a built topology: the sink starts, the forwarder (if any)
+/// starts, the generator sends for `duration`, 200 ms drain, counts.
+pub fn run_trial(
+    topology: &Topology,
+    forwarder: &Forwarder,
+    options: &RunOptions,
+    size: FrameSize,
+    rate: Rate,
+    kind: TrialKind,
+) -> Result<Trial, RunError> {
+    if topo::STOP.load(Ordering::Relaxed) {
+        return Err(RunError::Interrupted);
+    }
+    let tag = TAG.fetch_add(1, Ordering::Relaxed);
+    let spec = flow_spec(topology);
+    let sink = Sink::start(SinkConfig {
+        endpoint: topology.sink.clone(),
+        tag,
+        base_src_port: spec.base_src_port,
+        flows: options.flows,
+        frames: 2048,
+    })?;
+    let running = match &topology.router {
+        Some(ports) => forwarder.start(ports)?,
+        None => Default::default(),
+    };
+    let cpu_before = cpu_times();
+    let stop = Arc::new(AtomicBool::new(false));
+    let generator = spawn_generator(
+        GeneratorConfig {
+            endpoint: topology.generator.clone(),
+            flow: spec,
+            flows: options.flows,
+            size,
+            rate,
+            duration: options.duration,
+            tag,
+            cpu: Some(options.gen_cpu),
+            frames: 2048,
+        },
+        stop,
+    )
+    .join()
+    .map_err(|_| TrafficError::Thread("generator"))??;
+    std::thread::sleep(Duration::from_millis(200));
+    let cpus = cpu_shares(&cpu_before, &cpu_times());
+    let forwarder_stats = running.finish()?;
+    let seen = sink.finish()?;
+    if topo::STOP.load(Ordering::Relaxed) {
+        return Err(RunError::Interrupted);
+    }
+    let elapsed = generator.elapsed_s.max(1e-9);
+    let received = seen.counter.received;
+    let lost = seen.counter.lost(generator.sent);
+    let wire_bits = (seen.counter.bytes + received * u64::from(4 + WIRE_OVERHEAD)) as f64 * 8.0;
+    Ok(Trial {
+        kind,
+        frame_size: size.label(),
+        mean_wire_size: size.mean_wire_size(),
+        target_pps: match rate {
+            Rate::Max => None,
+            Rate::Pps(p) => Some(p),
+        },
+        sent: generator.sent,
+        received,
+        offered_pps: generator.sent as f64 / elapsed,
+        rx_pps: received as f64 / elapsed,
+        rx_wire_gbps: wire_bits / elapsed / 1e9,
+        lost,
+        loss_ratio: if generator.sent > 0 {
+            lost as f64 / generator.sent as f64
+        } else {
+            0.0
+        },
+        reordered: seen.counter.reordered,
+        foreign: seen.foreign,
+        sink_drops: seen.xdp.rx_dropped + seen.xdp.rx_ring_full,
+        latency: seen.counter.latency_summary(),
+        elapsed_s: elapsed,
+        generator_cpu: generator.cpu,
+        forwarder: forwarder_stats,
+        cpus,
+    })
+}
+
+/// Sets a scenario up in its topology; returns notes for the report and
+/// the forwarder to use.
+fn prepare(
+    scenario: Scenario,
+    topology: &Topology,
+    options: &RunOptions,
+) -> Result<(Forwarder, Vec<String>), RunError> {
+    let mut notes = Vec::new();
+    let forwarder = match scenario {
+        Scenario::NullAfxdp => Forwarder::NullXsk {
+            cpu: options.fwd_cpu,
+        },
+        Scenario::Brindle => Forwarder::Brindle {
+            binary: options.brindle_binary.clone(),
+            cpu: options.fwd_cpu,
+        },
+        _ => Forwarder::Kernel,
+    };
+    if let (Forwarder::NullXsk { .. } | Forwarder::Brindle { .. }, Some(router)) =
+        (&forwarder, topology.first_node())
+    {
+        // The kernel must not forward what reaches it (frames the XDP
+        // program passes): the forwarder is the only path.
+        router.sysctl(&["net.ipv4.ip_forward=0"])?;
+    }
+    if scenario == Scenario::KernelCalico
+        && let Some(router) = topology.first_node()
+    {
+        let set = calico::rule_set(
+            options.calico_endpoints,
+            topo::ROUTER_IN,
+            topo::ROUTER_OUT,
+            topo::GEN_IP,
+            topo::SINK_IP,
+        );
+        router.exec_with_input(&["ipset", "restore"], Some(&set.ipsets))?;
+        router.exec_with_input(&["iptables-restore", "--noflush"], Some(&set.iptables))?;
+        let installed = router.exec(&["iptables-save", "-t", "filter"])?;
+        let count = installed.lines().filter(|l| l.starts_with("-A ")).count();
+        notes.push(format!(
+            "iptables: {count} rules installed ({} generated), {} ipsets, a probe frame is matched against about {} rules; conntrack on (one-way UDP stays NEW)",
+            set.rules, set.sets, set.walked
+        ));
+    }
+    Ok((forwarder, notes))
+}
+
+/// Runs one scenario; `progress` gets a line per trial.
+pub fn run_scenario(
+    scenario: Scenario,
+    options: &RunOptions,
+    progress: &mut dyn FnMut(&str),
+) -> ScenarioResult {
+    let mut result = ScenarioResult {
+        scenario: scenario.name().into(),
+        description: scenario.description().into(),
+        status: Status::Ran,
+        trials: Vec::new(),
+        zero_loss_pps: Vec::new(),
+        notes: Vec::new(),
+    };
+    if scenario == Scenario::Brindle {
+        let f = Forwarder::Brindle {
+            binary: options.brindle_binary.clone(),
+            cpu: options.fwd_cpu,
+        };
+        if let Availability::NotAvailable(why) = f.availability() {
+            progress(&format!("{}: not available ({why})", scenario.name()));
+            result.status = Status::NotAvailable(why);
+            return result;
+        }
+    }
+    if let Err(e) = scenario_trials(scenario, options, progress, &mut result) {
+        progress(&format!("{}: failed: {e}", scenario.name()));
+        result.status = Status::Failed(e.to_string());
+    }
+    result
+}
+
+fn scenario_trials(
+    scenario: Scenario,
+    options: &RunOptions,
+    progress: &mut dyn FnMut(&str),
+    result: &mut ScenarioResult,
+) -> Result<(), RunError> {
+    let topology = Topology::build(scenario.shape())?;
+    let (forwarder, notes) = prepare(scenario, &topology, options)?;
+    result.notes = notes;
+    for &size in &options.sizes {
+        progress(&format!("{} {size}: throughput ...", scenario.name()));
+        let t = run_trial(
+            &topology,
+            &forwarder,
+            options,
+            size,
+            options.rate,
+            TrialKind::Throughput,
+        )?;
+        progress(&format!(
+            "{} {size}: offered {:.3} Mpps, received {:.3} Mpps, loss {:.2} %",
+            scenario.name(),
+            t.offered_pps / 1e6,
+            t.rx_pps / 1e6,
+            100.0 * t.loss_ratio
+        ));
+        let max_rx = t.rx_pps;
+        result.trials.push(t);
+        if let Some(fraction) = options.latency_fraction
+            && max_rx > 0.0
+        {
+            let rate = Rate::Pps(max_rx * fraction);
+            let t = run_trial(
+                &topology,
+                &forwarder,
+                options,
+                size,
+                rate,
+                TrialKind::Latency,
+            )?;
+            if let Some(l) = &t.latency {
+                progress(&format!(
+                    "{} {size}: latency at {:.0} % of max: p50 {:.1} µs, p99 {:.1} µs",
+                    scenario.name(),
+                    fraction * 100.0,
+                    l.p50_ns as f64 / 1e3,
+                    l.p99_ns as f64 / 1e3
+                ));
+            }
+            result.trials.push(t);
+        }
+        if options.zero_loss && max_rx > 0.0 {
+            let upper = result
+                .throughput(&size.label())
+                .map_or(max_rx, |t| t.offered_pps);
+            let mut search = ZeroLossSearch::new(upper, 0.02, options.zero_loss_trials);
+            while let Some(rate) = search.next_rate() {
+                let t = run_trial(
+                    &topology,
+                    &forwarder,
+                    options,
+                    size,
+                    Rate::Pps(rate),
+                    TrialKind::ZeroLossStep,
+                )?;
+                let pass = ZeroLossSearch::passes(t.sent, t.lost, options.loss_tolerance);
+                search.record(rate, pass);
+                result.trials.push(t);
+            }
+            progress(&format!(
+                "{} {size}: zero-loss {:.3} Mpps",
+                scenario.name(),
+                search.result() / 1e6
+            ));
+            result.zero_loss_pps.push((size.label(), search.result()));
+        }
+    }
+    Ok(())
+}

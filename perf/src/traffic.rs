@@ -1,0 +1,411 @@
+//! The generator (AF_XDP TX of frames pre-built in the UMEM, re-sent from
+//! the same chunks, only the probe and UDP checksum patched) and the sink
+//! (AF_XDP RX behind an XDP program that takes every frame), each on a
+//! thread of its own inside its namespace.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use brindle_xsk::{
+    Desc, Role, Steering, SteeringConfig, Umem, UmemConfig, XdpMode, XdpStats, XskConfig,
+    XskSocket, ifindex,
+};
+use nix::sched::{CpuSet, sched_setaffinity};
+use nix::sys::resource::{UsageWho, getrusage};
+use nix::time::{ClockId, clock_gettime};
+use nix::unistd::Pid;
+use serde::Serialize;
+
+use crate::frame::{self, BuildError, FlowSpec, FrameSize, read_probe, stamp};
+use crate::stats::SeqCounter;
+use crate::topo::{self, Endpoint, TopoError};
+
+/// Errors of the generator and the sink.
+#[derive(Debug, thiserror::Error)]
+pub enum TrafficError {
+    /// AF_XDP or XDP setup or I/O.
+    #[error("AF_XDP: {0}")]
+    Xsk(#[from] brindle_xsk::Error),
+    /// Namespace entry.
+    #[error(transparent)]
+    Topo(#[from] TopoError),
+    /// Frame building.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// A system call (affinity, clock, rusage).
+    #[error("system call: {0}")]
+    Sys(#[from] nix::Error),
+    /// A thread died.
+    #[error("{0} thread panicked or hung up")]
+    Thread(&'static str),
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of every timestamp.
+#[inline]
+pub fn now_ns() -> u64 {
+    // CLOCK_MONOTONIC cannot fail on Linux; 0 would only make one batch's
+    // latency look large, never panic.
+    clock_gettime(ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin(cpu: usize) -> Result<(), TrafficError> {
+    let mut set = CpuSet::new();
+    set.set(cpu)?;
+    sched_setaffinity(Pid::from_raw(0), &set)?;
+    Ok(())
+}
+
+/// User and kernel CPU time a thread used, seconds (getrusage RUSAGE_THREAD).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct ThreadCpu {
+    /// In userspace.
+    pub user_s: f64,
+    /// In the kernel on the thread's behalf (system calls: for copy-mode
+    /// AF_XDP, the skb allocation, copy and veth transmit inside sendto).
+    pub system_s: f64,
+}
+
+impl ThreadCpu {
+    /// This thread's times so far.
+    pub fn now() -> ThreadCpu {
+        match getrusage(UsageWho::RUSAGE_THREAD) {
+            Ok(u) => {
+                let secs =
+                    |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+                ThreadCpu {
+                    user_s: secs(u.user_time()),
+                    system_s: secs(u.system_time()),
+                }
+            }
+            Err(_) => ThreadCpu::default(),
+        }
+    }
+
+    /// Time used between `earlier` and `self`.
+    pub fn since(&self, earlier: &ThreadCpu) -> ThreadCpu {
+        ThreadCpu {
+            user_s: self.user_s - earlier.user_s,
+            system_s: self.system_s - earlier.system_s,
+        }
+    }
+}
+
+/// Offered rate.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Rate {
+    /// As fast as the TX ring takes frames.
+    Max,
+    /// This many frames per second.
+    Pps(f64),
+}
+
+/// What to send.
+#[derive(Clone, Debug)]
+pub struct GeneratorConfig {
+    /// Interface (and namespace) to send from.
+    pub endpoint: Endpoint,
+    /// Addresses.
+    pub flow: FlowSpec,
+    /// Number of flows (UDP source ports).
+    pub flows: u16,
+    /// Frame size(s).
+    pub size: FrameSize,
+    /// Offered rate.
+    pub rate: Rate,
+    /// How long to send.
+    pub duration: Duration,
+    /// The trial's tag.
+    pub tag: u16,
+    /// CPU to pin to.
+    pub cpu: Option<usize>,
+    /// UMEM chunks (each holds one pre-built frame).
+    pub frames: u32,
+}
+
+/// What the generator did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GeneratorResult {
+    /// Frames the TX ring took.
+    pub sent: u64,
+    /// Their bytes (no FCS).
+    pub bytes: u64,
+    /// Frames per flow.
+    pub per_flow: Vec<u64>,
+    /// Seconds between the first and the last frame queued.
+    pub elapsed_s: f64,
+    /// The generator thread's CPU time.
+    pub cpu: ThreadCpu,
+}
+
+fn xsk_config() -> XskConfig {
+    XskConfig {
+        // Copy-mode TX sends at most this many frames per sendto(); above
+        // the batch size so one kick empties what one batch queued.
+        max_tx_skb_budget: Some(256),
+        ..XskConfig::default()
+    }
+}
+
+/// Starts the generator on its own thread in the endpoint's namespace.
+pub fn spawn_generator(
+    config: GeneratorConfig,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<Result<GeneratorResult, TrafficError>> {
+    std::thread::spawn(move || {
+        topo::enter(&config.endpoint.ns)?;
+        if let Some(cpu) = config.cpu {
+            pin(cpu)?;
+        }
+        generate(&config, &stop)
+    })
+}
+
+/// The generator loop; call on a thread inside the namespace.
+pub fn generate(
+    config: &GeneratorConfig,
+    stop: &AtomicBool,
+) -> Result<GeneratorResult, TrafficError> {
+    let cpu_start = ThreadCpu::now();
+    let mut umem = Umem::new(UmemConfig {
+        frame_count: config.frames,
+        ..UmemConfig::default()
+    })?;
+    let mut sock = XskSocket::bind(&umem, ifindex(&config.endpoint.ifname)?, 0, &xsk_config())?;
+    let chunks = umem.frame_count() as usize;
+    let chunk_size = u64::from(umem.frame_size());
+    let pattern = config.size.pattern();
+    let flows = config.flows.max(1);
+    // Per chunk: its frame's base checksum sum, length and flow. Built once.
+    let mut base_sum = vec![0u16; chunks];
+    let mut len = vec![0u32; chunks];
+    let mut flow_of = vec![0u16; chunks];
+    for i in 0..chunks {
+        let flow = ((i / pattern.len()) % usize::from(flows)) as u16;
+        let t = frame::build(&config.flow, flow, pattern[i % pattern.len()], config.tag)?;
+        let d = Desc {
+            addr: umem.frame_addr(i as u32),
+            len: t.bytes.len() as u32,
+        };
+        if let Some(buf) = umem.data_mut(d) {
+            buf.copy_from_slice(&t.bytes);
+        }
+        base_sum[i] = t.base_sum;
+        len[i] = d.len;
+        flow_of[i] = flow;
+    }
+    let mut free: Vec<u32> = (0..chunks as u32).collect();
+    let mut batch = [Desc::default(); 64];
+    let mut batch_chunk = [0u32; 64];
+    let mut done = [0u64; 256];
+    let mut result = GeneratorResult {
+        per_flow: vec![0; usize::from(flows)],
+        ..GeneratorResult::default()
+    };
+    let mut seq = 0u64;
+    let start = now_ns();
+    let deadline = start + config.duration.as_nanos() as u64;
+    let mut last = start;
+    loop {
+        let now = now_ns();
+        if now >= deadline || stop.load(Ordering::Relaxed) || topo::STOP.load(Ordering::Relaxed) {
+            break;
+        }
+        let n = sock.reap_completions(&mut done);
+        free.extend(done[..n].iter().map(|&a| (a / chunk_size) as u32));
+        let mut want = free.len().min(batch.len());
+        if let Rate::Pps(rate) = config.rate {
+            let due = ((now - start) as f64 * rate / 1e9) as u64;
+            want = want.min(due.saturating_sub(result.sent) as usize);
+            if want == 0 {
+                sock.kick_tx()?;
+                if rate < 200_000.0 {
+                    std::thread::sleep(Duration::from_micros(20));
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+        }
+        for j in 0..want {
+            let c = free[free.len() - 1 - j];
+            let d = Desc {
+                addr: u64::from(c) * chunk_size,
+                len: len[c as usize],
+            };
+            if let Some(buf) = umem.data_mut(d) {
+                stamp(buf, base_sum[c as usize], seq + j as u64, now);
+            }
+            batch[j] = d;
+            batch_chunk[j] = c;
+        }
+        let taken = sock.tx_burst(&batch[..want]);
+        for &c in &batch_chunk[..taken] {
+            result.per_flow[usize::from(flow_of[c as usize])] += 1;
+            result.bytes += u64::from(len[c as usize]);
+        }
+        free.truncate(free.len() - taken);
+        seq += taken as u64;
+        result.sent += taken as u64;
+        if taken > 0 {
+            last = now;
+        }
+        sock.kick_tx()?;
+    }
+    // Let the kernel take what is still on the TX ring.
+    let until = now_ns() + 200_000_000;
+    while sock.tx_pending() > 0 && now_ns() < until {
+        sock.kick_tx()?;
+        sock.reap_completions(&mut done);
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    result.elapsed_s = (last.max(start + 1) - start) as f64 / 1e9;
+    result.cpu = ThreadCpu::now().since(&cpu_start);
+    Ok(result)
+}
+
+/// Where and what to count.
+#[derive(Clone, Debug)]
+pub struct SinkConfig {
+    /// Interface (and namespace) to receive on.
+    pub endpoint: Endpoint,
+    /// The trial's tag: other frames count as foreign.
+    pub tag: u16,
+    /// UDP source port of flow 0, and the number of flows, for per-flow counts.
+    pub base_src_port: u16,
+    /// Number of flows.
+    pub flows: u16,
+    /// UMEM chunks.
+    pub frames: u32,
+}
+
+/// What the sink saw.
+#[derive(Clone, Debug)]
+pub struct SinkResult {
+    /// Frames of the trial, reordering, latency.
+    pub counter: SeqCounter,
+    /// Frames per flow.
+    pub per_flow: Vec<u64>,
+    /// Frames that were not the trial's probes.
+    pub foreign: u64,
+    /// The socket's XDP_STATISTICS (drops on the sink side itself).
+    pub xdp: XdpStats,
+}
+
+/// A running sink.
+pub struct Sink {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<Result<SinkResult, TrafficError>>>,
+}
+
+impl Sink {
+    /// Starts the sink and returns once its socket and program are in place.
+    pub fn start(config: SinkConfig) -> Result<Sink, TrafficError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        let thread_stop = stop.clone();
+        let handle = std::thread::spawn(move || {
+            topo::enter(&config.endpoint.ns)?;
+            sink(&config, &thread_stop, ready_tx)
+        });
+        if ready_rx.recv().is_err() {
+            // The thread ended before it was ready: return its error.
+            return Err(handle
+                .join()
+                .map_err(|_| TrafficError::Thread("sink"))?
+                .err()
+                .unwrap_or(TrafficError::Thread("sink")));
+        }
+        Ok(Sink {
+            stop,
+            handle: Some(handle),
+        })
+    }
+
+    /// Stops the sink once nothing more arrives, and returns its counts.
+    pub fn finish(mut self) -> Result<SinkResult, TrafficError> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle
+            .take()
+            .ok_or(TrafficError::Thread("sink"))?
+            .join()
+            .map_err(|_| TrafficError::Thread("sink"))?
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn sink(
+    config: &SinkConfig,
+    stop: &AtomicBool,
+    ready: mpsc::Sender<()>,
+) -> Result<SinkResult, TrafficError> {
+    let umem = Umem::new(UmemConfig {
+        frame_count: config.frames,
+        ..UmemConfig::default()
+    })?;
+    let index = ifindex(&config.endpoint.ifname)?;
+    let mut sock = XskSocket::bind(&umem, index, 0, &XskConfig::default())?;
+    let steering = Steering::new(SteeringConfig::default())?;
+    let attachment = steering.attach(index, Role::All, XdpMode::Auto)?;
+    attachment.set_socket(&sock)?;
+    let addrs: Vec<u64> = (0..umem.frame_count())
+        .map(|i| umem.frame_addr(i))
+        .collect();
+    sock.fill(&addrs);
+    let _ = ready.send(());
+    let mut result = SinkResult {
+        counter: SeqCounter::new(),
+        per_flow: vec![0; usize::from(config.flows.max(1))],
+        foreign: 0,
+        xdp: XdpStats::default(),
+    };
+    let mut descs = [Desc::default(); 64];
+    let mut refill = [0u64; 64];
+    loop {
+        let n = sock.rx_burst(&mut descs);
+        if n == 0 {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            sock.poll_rx(5)?;
+            continue;
+        }
+        let now = now_ns();
+        for (d, r) in descs[..n].iter().zip(refill.iter_mut()) {
+            match umem
+                .data(*d)
+                .and_then(|f| read_probe(f).map(|p| (p, f.len())))
+            {
+                Some((p, len)) if p.tag == config.tag => {
+                    result.counter.record(p.seq, len, p.timestamp_ns, now);
+                    let flow = usize::from(p.src_port.wrapping_sub(config.base_src_port));
+                    if let Some(c) = result.per_flow.get_mut(flow) {
+                        *c += 1;
+                    }
+                }
+                _ => result.foreign += 1,
+            }
+            *r = umem.chunk_of(d.addr);
+        }
+        sock.fill(&refill[..n]);
+        if sock.fill_needs_wakeup() {
+            sock.wake_rx()?;
+        }
+    }
+    result.xdp = sock.stats()?;
+    drop(attachment);
+    Ok(result)
+}
