@@ -1,5 +1,6 @@
 //! IPv6: view + accessors, hop-limit decrement, Repr round trip, the
-//! ICMPv6 view on the payload, and ICMPv6 errors built in place.
+//! ICMPv6 view on the payload, ICMPv6 errors and neighbor advertisements
+//! built in place.
 #![no_main]
 
 use brindle_wire::icmpv6::{self, ErrorHeader, Icmpv6Error};
@@ -40,6 +41,17 @@ fuzz_target!(|data: &[u8]| {
         let _ = icmp.verify_checksum(repr.src_addr, repr.dst_addr);
     }
     let _ = icmpv6::may_send_error_about(&packet);
+    let speculative = icmpv6::speculative_ns_target(packet.payload());
+    let mut frame = vec![0u8; 14 + data.len() + icmpv6::NEIGHBOR_ADVERT_FRAME_LEN];
+    frame[14..14 + data.len()].copy_from_slice(data);
+    if let Ok(len) = icmpv6::emit_neighbor_advert_in_place(&mut frame, 14, MacAddr([0xee; 6]), true)
+    {
+        // No false negatives: whatever is answered passed the prefilter.
+        let na = Ipv6Packet::new_checked(&frame[14..len]).unwrap();
+        assert_eq!(Some(na.src_addr()), speculative);
+        let icmp = Icmpv6Packet::new_checked(na.payload()).unwrap();
+        assert!(icmp.verify_checksum(na.src_addr(), na.dst_addr()));
+    }
     for error in [
         Icmpv6Error::TimeExceeded,
         Icmpv6Error::PacketTooBig { mtu: 1450 },

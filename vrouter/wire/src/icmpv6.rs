@@ -8,6 +8,12 @@
 //! invoking packet as fits in the IPv6 minimum MTU of 1280 bytes (RFC 4443
 //! §2.4 (c)), which is also what Linux sends.
 //!
+//! Neighbor discovery (RFC 4861) gets the same treatment as ARP: a
+//! speculative target prefilter ([`speculative_ns_target`]) and a neighbor
+//! advertisement built in place from the solicitation
+//! ([`emit_neighbor_advert_in_place`]), for a proxy that answers pods'
+//! solicitations for their IPv6 gateway.
+//!
 //! Hand-written rather than etherparse's `Icmpv6Slice`: the error is built
 //! in the dropped frame's own buffer.
 
@@ -345,6 +351,110 @@ pub fn emit_error_in_place(
     Ok(total)
 }
 
+/// The target address of what may be a neighbor solicitation, read
+/// without validation from an ICMPv6 message (the IPv6 payload): `None`
+/// only if the message is not type 135 or too short to hold a target, so
+/// a proxy that skips on `None` or on a target it does not answer for
+/// never skips a solicitation it should answer (the NDP twin of
+/// [`crate::arp::speculative_target_ip`]).
+#[inline]
+pub fn speculative_ns_target(icmp: &[u8]) -> Option<Ipv6Addr> {
+    if *icmp.first()? != u8::from(Message::NeighborSolicit) {
+        return None;
+    }
+    let t: [u8; 16] = icmp.get(8..24)?.try_into().ok()?;
+    Some(Ipv6Addr::from(t))
+}
+
+/// Length of the neighbor advertisement built by
+/// [`emit_neighbor_advert_in_place`]: Ethernet 14 + IPv6 40 + NA 24 + a
+/// target link-layer address option 8.
+pub const NEIGHBOR_ADVERT_FRAME_LEN: usize = ethernet::HEADER_LEN + ipv6::HEADER_LEN + 32;
+
+/// NA flags: router, solicited, override (RFC 4861 §4.4).
+const NA_FLAG_ROUTER: u32 = 0x8000_0000;
+const NA_FLAG_SOLICITED: u32 = 0x4000_0000;
+const NA_FLAG_OVERRIDE: u32 = 0x2000_0000;
+
+/// Answers the neighbor solicitation at `ip_offset` of the frame in `buf`
+/// with a solicited neighbor advertisement, in place: "the target is at
+/// `our_mac`", from the target address to the solicitation's source, hop
+/// limit 255, flags S and O (and R when `router`), with a target
+/// link-layer address option. Returns the new frame length
+/// ([`NEIGHBOR_ADVERT_FRAME_LEN`]); `buf` runs to the end of the buffer
+/// space, as for the ICMP errors.
+///
+/// The solicitation is validated as RFC 4861 §7.1.1 asks (hop limit 255,
+/// code 0, checksum, a unicast target). A solicitation from the
+/// unspecified address (duplicate address detection) is
+/// [`Error::Unsupported`]: answering it would make the sender give up its
+/// address.
+pub fn emit_neighbor_advert_in_place(
+    buf: &mut [u8],
+    ip_offset: usize,
+    our_mac: MacAddr,
+    router: bool,
+) -> Result<usize> {
+    let requester_mac = MacAddr::from_bytes(buf.get(6..12).ok_or(Error::Truncated)?);
+    let orig = buf.get(ip_offset..).ok_or(Error::Truncated)?;
+    let ip = ipv6::Packet::new_checked(orig)?;
+    if ip.next_header() != IpProtocol::Icmpv6 || ip.hop_limit() != 255 {
+        return Err(Error::Malformed);
+    }
+    let icmp = Packet::new_checked(ip.payload())?;
+    if icmp.msg_type() != Message::NeighborSolicit
+        || icmp.msg_code() != 0
+        || icmp.data().len() < 16
+        || !icmp.verify_checksum(ip.src_addr(), ip.dst_addr())
+    {
+        return Err(Error::Malformed);
+    }
+    let target = speculative_ns_target(ip.payload()).ok_or(Error::Malformed)?;
+    if target.is_multicast() {
+        return Err(Error::Malformed);
+    }
+    let requester = ip.src_addr();
+    if requester.is_unspecified() {
+        return Err(Error::Unsupported);
+    }
+    if buf.len() < NEIGHBOR_ADVERT_FRAME_LEN {
+        return Err(Error::BufferTooSmall);
+    }
+
+    ethernet::EthernetRepr {
+        src_addr: our_mac,
+        dst_addr: requester_mac,
+        vlan: None,
+        ethertype: EtherType::Ipv6,
+    }
+    .emit(&mut ethernet::Frame::new_unchecked(&mut buf[..]))?;
+    ipv6::Ipv6Repr {
+        src_addr: target,
+        dst_addr: requester,
+        next_header: IpProtocol::Icmpv6,
+        payload_len: 32,
+        hop_limit: 255,
+        traffic_class: 0,
+        flow_label: 0,
+    }
+    .emit(&mut ipv6::Packet::new_unchecked(
+        &mut buf[ethernet::HEADER_LEN..],
+    ))?;
+    let start = ethernet::HEADER_LEN + ipv6::HEADER_LEN;
+    let mut na = Packet::new_unchecked(&mut buf[start..NEIGHBOR_ADVERT_FRAME_LEN]);
+    na.set_msg_type(Message::NeighborAdvert);
+    na.set_msg_code(0);
+    let flags = NA_FLAG_SOLICITED | NA_FLAG_OVERRIDE | if router { NA_FLAG_ROUTER } else { 0 };
+    na.set_rest_of_header(flags);
+    let data = na.data_mut();
+    data[..16].copy_from_slice(&target.octets());
+    // Target link-layer address option: type 2, length 1 (× 8 bytes).
+    data[16..18].copy_from_slice(&[2, 1]);
+    data[18..24].copy_from_slice(&our_mac.0);
+    na.fill_checksum(target, requester);
+    Ok(NEIGHBOR_ADVERT_FRAME_LEN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,5 +569,58 @@ mod tests {
         assert!(may_send_error_about(&ip));
         ip.set_src_addr(Ipv6Addr::UNSPECIFIED);
         assert!(!may_send_error_about(&ip));
+    }
+
+    /// The solicitation Linux sent from fd00::1 for fd00::fe, as a frame
+    /// (`tests/vectors/ipv6_icmp_echo.hex`).
+    const NS_FRAME_HEX: &str = "3333ff0000fe02000000000a86dd6000000000203afffd00000000000000\
+        0000000000000001ff0200000000000000000001ff0000fe87007b9600000000fd00000000000000\
+        00000000000000fe010102000000000a";
+
+    #[test]
+    fn neighbor_advert_needs_a_valid_solicitation() {
+        let ns = hex::decode(NS_FRAME_HEX).unwrap();
+        let mut ok = ns.clone();
+        ok.resize(NEIGHBOR_ADVERT_FRAME_LEN, 0);
+        assert_eq!(
+            emit_neighbor_advert_in_place(&mut ok, 14, MacAddr([0xee; 6]), false),
+            Ok(NEIGHBOR_ADVERT_FRAME_LEN)
+        );
+        let na = Packet::new_checked(&ok[54..]).unwrap();
+        assert_eq!(na.msg_type(), Message::NeighborAdvert);
+        assert_eq!(na.rest_of_header(), 0x6000_0000);
+        assert!(na.verify_checksum(r(), a()));
+
+        let mut hop = ns.clone();
+        hop[21] = 64;
+        assert_eq!(
+            emit_neighbor_advert_in_place(&mut hop, 14, MacAddr([0xee; 6]), false),
+            Err(Error::Malformed)
+        );
+        let mut bad_sum = ns.clone();
+        bad_sum[57] ^= 1;
+        assert_eq!(
+            emit_neighbor_advert_in_place(&mut bad_sum, 14, MacAddr([0xee; 6]), false),
+            Err(Error::Malformed)
+        );
+        // Duplicate address detection (source ::) is not answered. The
+        // checksum is recomputed for the new source so only that differs.
+        let mut dad = ns.clone();
+        dad[22..38].fill(0);
+        let mut icmp = Packet::new_unchecked(&mut dad[54..]);
+        icmp.fill_checksum(Ipv6Addr::UNSPECIFIED, "ff02::1:ff00:fe".parse().unwrap());
+        dad.resize(NEIGHBOR_ADVERT_FRAME_LEN, 0);
+        assert_eq!(
+            emit_neighbor_advert_in_place(&mut dad, 14, MacAddr([0xee; 6]), false),
+            Err(Error::Unsupported)
+        );
+        // Every prefix is an error, never a panic.
+        for n in 0..ns.len() {
+            let mut p = ns[..n].to_vec();
+            assert!(emit_neighbor_advert_in_place(&mut p, 14, MacAddr([0xee; 6]), false).is_err());
+        }
+        assert_eq!(speculative_ns_target(&ns[54..]), Some(r()));
+        assert_eq!(speculative_ns_target(&ns[54..77]), None);
+        assert_eq!(speculative_ns_target(&bytes()), None);
     }
 }

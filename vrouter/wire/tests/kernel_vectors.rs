@@ -326,3 +326,24 @@ fn kernel_icmpv6_packet_too_big_is_reproduced_byte_for_byte() {
         Icmpv6Error::PacketTooBig { mtu: 1300 },
     );
 }
+
+#[test]
+fn kernel_neighbor_solicitation_answered_in_place_equals_the_kernels_advert() {
+    let frames = frames(include_str!("vectors/ipv6_icmp_echo.hex"));
+    let ns = frames
+        .iter()
+        .find(|f| f.get(54) == Some(&135))
+        .expect("a neighbor solicitation");
+    let na = frames
+        .iter()
+        .find(|f| f.get(54) == Some(&136))
+        .expect("a neighbor advertisement");
+    let target: std::net::Ipv6Addr = "fd00::fe".parse().unwrap();
+    assert_eq!(icmpv6::speculative_ns_target(&ns[54..]), Some(target));
+
+    let mut buf = ns.clone();
+    buf.resize(128, 0xa5);
+    // R forwards, so its advertisement has the router flag.
+    let len = icmpv6::emit_neighbor_advert_in_place(&mut buf, 14, R_MAC, true).unwrap();
+    assert_eq!(hex::encode(&buf[..len]), hex::encode(na));
+}
