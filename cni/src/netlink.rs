@@ -13,8 +13,8 @@ use std::os::fd::RawFd;
 
 use ipnet::IpNet;
 use rtnetlink::packet_core::{
-    NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage,
-    NetlinkPayload,
+    NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST, NetlinkHeader,
+    NetlinkMessage, NetlinkPayload,
 };
 use rtnetlink::packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope,
@@ -374,6 +374,29 @@ impl Netlink {
         oif: u32,
         scope: RouteScope,
     ) -> Result<(), NetlinkError> {
+        self.route(dst, gw, oif, scope, NLM_F_CREATE | NLM_F_EXCL)
+    }
+
+    /// Adds or replaces the route to `dst` in the main table (as `ip route
+    /// replace`).
+    pub fn replace_route(
+        &mut self,
+        dst: IpNet,
+        gw: Option<IpAddr>,
+        oif: u32,
+        scope: RouteScope,
+    ) -> Result<(), NetlinkError> {
+        self.route(dst, gw, oif, scope, NLM_F_CREATE | NLM_F_REPLACE)
+    }
+
+    fn route(
+        &mut self,
+        dst: IpNet,
+        gw: Option<IpAddr>,
+        oif: u32,
+        scope: RouteScope,
+        flags: u16,
+    ) -> Result<(), NetlinkError> {
         let mut msg = RouteMessage::default();
         msg.header.address_family = match dst {
             IpNet::V4(_) => AddressFamily::Inet,
@@ -393,11 +416,7 @@ impl Netlink {
                 .push(RouteAttribute::Gateway(RouteAddress::from(gw)));
         }
         msg.attributes.push(RouteAttribute::Oif(oif));
-        self.request(
-            "add route",
-            RouteNetlinkMessage::NewRoute(msg),
-            NLM_F_CREATE | NLM_F_EXCL,
-        )?;
+        self.request("add route", RouteNetlinkMessage::NewRoute(msg), flags)?;
         Ok(())
     }
 

@@ -230,7 +230,11 @@ fn build(
         gateways.push(IpAddr::V6(GATEWAY_V6));
     }
     for ip in &ips {
-        host.add_route(*ip, None, host_link.index, RouteScope::Link)
+        // Replace, not add: a released address can be handed out again
+        // while the veth of its previous pod is still being torn down; the
+        // new route wins, and removing the old veth only flushes routes
+        // through the old veth.
+        host.replace_route(*ip, None, host_link.index, RouteScope::Link)
             .map_err(nl("adding the host route to the pod"))?;
     }
     Ok(Built {
@@ -320,6 +324,44 @@ fn collect(errors: Vec<CniError>) -> Result<(), CniError> {
     Err(first.with_details(details))
 }
 
+/// DEL's daemon and kernel part; returns the failures.
+fn del_links_and_endpoint(
+    req: &Request,
+    cfg: &BrindleConfig,
+    key: &EndpointKey,
+    host_name: &str,
+) -> Vec<CniError> {
+    let mut errors = Vec::new();
+    match daemon_of(cfg).call::<Deleted>(&EndpointRequest::DeleteEndpoint { key: key.clone() }) {
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => {}
+        Err(e @ DaemonError::Unreachable { .. }) => {
+            debug!(error = %e, "node daemon unreachable on DEL; nothing to tell it");
+        }
+        Err(e) => errors.push(e.to_cni()),
+    }
+    match Netlink::open().and_then(|mut h| h.delete_link_by_name(host_name)) {
+        Ok(_) => {}
+        Err(e) => errors.push(CniError::io("deleting the host veth", e)),
+    }
+    // A pod end left without its host end (e.g. the host end was
+    // removed by hand) is removed from inside the pod; a missing netns
+    // means there is nothing left there.
+    if let Some(path) = &req.env.netns
+        && let Ok(ns) = netns::open_netns(path)
+    {
+        let removed =
+            netns::netlink_in(&ns).and_then(|mut p| match p.link_by_name(&req.env.ifname)? {
+                Some(l) if l.kind.as_deref() == Some("veth") => p.delete_link(l.index),
+                _ => Ok(()),
+            });
+        if let Err(e) = removed {
+            errors.push(CniError::io("deleting the pod interface", e));
+        }
+    }
+    errors
+}
+
 impl Plugin for Brindle {
     fn add(&self, req: &Request) -> Result<CniResult, CniError> {
         let cfg = BrindleConfig::from_conf(&req.conf)?;
@@ -387,43 +429,28 @@ impl Plugin for Brindle {
         let cfg: BrindleConfig = req.conf.plugin_config().unwrap_or_default();
         let key = key_of(req);
         let host_name = host_ifname(&key.handle());
-        let mut errors = Vec::new();
-
-        match daemon_of(&cfg).call::<Deleted>(&EndpointRequest::DeleteEndpoint { key: key.clone() })
-        {
-            Ok(_) => {}
-            Err(e) if e.is_not_found() => {}
-            Err(e @ DaemonError::Unreachable { .. }) => {
-                debug!(error = %e, "node daemon unreachable on DEL; nothing to tell it");
+        // IPAM DEL runs while the kernel tears the veth down (unregistering
+        // a netdev waits for RCU grace periods, tens of ms): DEL takes the
+        // longer of the two, not their sum. The host route of a released
+        // address is replaced, not added, by the next ADD, so handing the
+        // address out again before the old veth is gone is harmless.
+        std::thread::scope(|scope| {
+            let ipam = req
+                .conf
+                .ipam
+                .is_some()
+                .then(|| scope.spawn(|| delegate::ipam_del(req)));
+            let mut errors = del_links_and_endpoint(req, &cfg, &key, &host_name);
+            if let Some(ipam) = ipam {
+                match ipam.join() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => errors.push(e),
+                    Err(_) => errors.push(CniError::io("IPAM DEL", "thread panicked")),
+                }
             }
-            Err(e) => errors.push(e.to_cni()),
-        }
-        match Netlink::open().and_then(|mut h| h.delete_link_by_name(&host_name)) {
-            Ok(_) => {}
-            Err(e) => errors.push(CniError::io("deleting the host veth", e)),
-        }
-        // A pod end left without its host end (e.g. the host end was
-        // removed by hand) is removed from inside the pod; a missing netns
-        // means there is nothing left there.
-        if let Some(path) = &req.env.netns
-            && let Ok(ns) = netns::open_netns(path)
-        {
-            let removed =
-                netns::netlink_in(&ns).and_then(|mut p| match p.link_by_name(&req.env.ifname)? {
-                    Some(l) if l.kind.as_deref() == Some("veth") => p.delete_link(l.index),
-                    _ => Ok(()),
-                });
-            if let Err(e) = removed {
-                errors.push(CniError::io("deleting the pod interface", e));
-            }
-        }
-        if req.conf.ipam.is_some()
-            && let Err(e) = delegate::ipam_del(req)
-        {
-            errors.push(e);
-        }
-        info!(handle = %key.handle(), errors = errors.len(), "DEL done");
-        collect(errors)
+            info!(handle = %key.handle(), errors = errors.len(), "DEL done");
+            collect(errors)
+        })
     }
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
