@@ -316,12 +316,18 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         if ttl == 0 {
             return 0;
         }
-        let proto = d[field::PROTOCOL];
-        let old = u16::from_be_bytes([ttl, proto]);
-        let new = u16::from_be_bytes([ttl - 1, proto]);
-        let c = u16::from_be_bytes([d[field::CHECKSUM.start], d[field::CHECKSUM.start + 1]]);
         d[field::TTL] = ttl - 1;
-        d[field::CHECKSUM].copy_from_slice(&checksum::update_u16(c, old, new).to_be_bytes());
+        // RFC 1624 with m' = m - 0x0100: HC' = HC + 0x0100 in one's
+        // complement (Linux's `ip_decrease_ttl`). A result of 0xffff
+        // becomes 0x0000, which is what a full recomputation gives for a
+        // non-zero header, so the two always agree bit for bit (a property
+        // test checks it).
+        let c = u32::from(u16::from_be_bytes([
+            d[field::CHECKSUM.start],
+            d[field::CHECKSUM.start + 1],
+        ])) + 0x0100;
+        let c = (c + u32::from(c >= 0xffff)) as u16;
+        d[field::CHECKSUM].copy_from_slice(&c.to_be_bytes());
         ttl - 1
     }
 
@@ -574,5 +580,23 @@ mod tests {
             Ipv4Repr::parse(&Packet::new_unchecked(&bad_sum[..])),
             Err(Error::Checksum)
         );
+    }
+
+    /// Every checksum value a header can have (the identification sweeps
+    /// all 65536 values): the incremental TTL update equals a full
+    /// recomputation, including the 0x0000 / 0xffff edge.
+    #[test]
+    fn decrement_ttl_equals_full_recomputation_for_every_checksum() {
+        let mut b = bytes(ECHO_REQUEST_HEX);
+        for ident in 0..=u16::MAX {
+            let mut p = Packet::new_unchecked(&mut b[..20]);
+            p.set_ttl(64);
+            p.set_ident(ident);
+            p.fill_checksum();
+            p.decrement_ttl();
+            let incremental = p.checksum();
+            p.fill_checksum();
+            assert_eq!(incremental, p.checksum(), "ident {ident:#x}");
+        }
     }
 }
