@@ -209,8 +209,24 @@ impl Snapshot {
     }
 
     fn lookup_v6_batch(&self, dsts: &[Ipv6Addr], out: &mut [Option<NextHop>]) {
-        for (dst, slot) in dsts.iter().zip(out.iter_mut()) {
-            *slot = self.lookup_v6(u128::from(*dst));
+        const BLOCK: usize = 32;
+        let Some(root) = self.v6.as_deref() else {
+            for slot in out.iter_mut().take(dsts.len()) {
+                *slot = None;
+            }
+            return;
+        };
+        let mut addrs = [0u128; BLOCK];
+        let mut indices = [None; BLOCK];
+        for (dsts, out) in dsts.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+            for (addr, dst) in addrs.iter_mut().zip(dsts) {
+                *addr = u128::from(*dst);
+            }
+            let n = dsts.len().min(out.len());
+            v6::lookup_batch(root, &addrs[..n], &mut indices[..n]);
+            for (slot, index) in out.iter_mut().zip(&indices[..n]) {
+                *slot = index.and_then(|i| self.next_hops.get(i as usize).copied());
+            }
         }
     }
 }

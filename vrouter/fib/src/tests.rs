@@ -312,6 +312,10 @@ fn batch_lookup_matches_single_lookups() {
     r.lookup_v4_batch(&dsts, &mut out);
     assert_eq!(out, [Some(local(1)), Some(NextHop::Blackhole), None]);
     let dsts6 = [v6("fd00::1"), v6("fd01::1")];
+    let (_empty_fib, empty) = Fib::new();
+    let mut out6 = [Some(NextHop::Host); 2];
+    empty.lookup_v6_batch(&dsts6, &mut out6);
+    assert_eq!(out6, [None, None]);
     let mut out6 = [None; 2];
     r.snapshot().lookup_v6_batch(&dsts6, &mut out6);
     assert_eq!(out6, [Some(local(2)), None]);

@@ -59,10 +59,25 @@ pub(crate) struct Node {
     depth: u32,
     leaf_bits: u64,
     child_bits: u64,
-    /// Next-hop indices, one per set bit of `leaf_bits`.
-    leaves: Box<[u32]>,
-    /// Children, one per set bit of `child_bits`.
-    children: Box<[Arc<Node>]>,
+    /// One allocation per node (one cache miss per level, not two): a
+    /// [`Slot::Leaf`] per set bit of `leaf_bits`, then a [`Slot::Child`]
+    /// per set bit of `child_bits`.
+    slots: Box<[Slot]>,
+}
+
+/// What a node holds for one of its set bits.
+#[derive(Clone)]
+enum Slot {
+    /// A next-hop index.
+    Leaf(u32),
+    /// A child node.
+    Child(Arc<Node>),
+}
+
+impl Node {
+    fn leaf_count(&self) -> usize {
+        self.leaf_bits.count_ones() as usize
+    }
 }
 
 /// The routes the writer knows, per prefix length: network -> next-hop index.
@@ -71,31 +86,68 @@ pub(crate) type RoutesByLen = [HashMap<u128, u32>];
 /// The next-hop index of the longest route holding `addr`.
 #[inline]
 pub(crate) fn lookup(root: &Node, addr: u128) -> Option<u32> {
-    let mut node = root;
     let mut best = None;
-    loop {
-        if addr & node.prefix_mask != node.prefix {
-            // A compressed path this address leaves.
-            return best;
+    let mut node = Some(root);
+    while let Some(n) = node {
+        node = step(n, addr, &mut best);
+    }
+    best
+}
+
+/// Lookups walked in lockstep, one level per round.
+const LANES: usize = 8;
+
+/// Looks up `addrs[i]` into `out[i]`. The walks of [`LANES`] addresses
+/// advance together, one level per round: a walk is a chain of dependent
+/// cache misses, and interleaving eight chains keeps eight misses in flight
+/// instead of one (memory-level parallelism).
+pub(crate) fn lookup_batch(root: &Node, addrs: &[u128], out: &mut [Option<u32>]) {
+    for (addrs, out) in addrs.chunks(LANES).zip(out.chunks_mut(LANES)) {
+        let mut nodes: [Option<&Node>; LANES] = [None; LANES];
+        let mut best: [Option<u32>; LANES] = [None; LANES];
+        for node in nodes.iter_mut().take(addrs.len()) {
+            *node = Some(root);
         }
-        let bit = 1u64 << slot(addr, node.depth);
-        let below = bit - 1;
-        if node.leaf_bits & bit != 0 {
-            best = node
-                .leaves
-                .get((node.leaf_bits & below).count_ones() as usize)
-                .copied();
+        let mut walking = true;
+        while walking {
+            walking = false;
+            for ((node, best), addr) in nodes.iter_mut().zip(best.iter_mut()).zip(addrs) {
+                if let Some(n) = *node {
+                    *node = step(n, *addr, best);
+                    walking |= node.is_some();
+                }
+            }
         }
-        if node.child_bits & bit == 0 {
-            return best;
+        for (slot, best) in out.iter_mut().zip(best) {
+            *slot = best;
         }
-        match node
-            .children
-            .get((node.child_bits & below).count_ones() as usize)
-        {
-            Some(child) => node = child,
-            None => return best,
-        }
+    }
+}
+
+/// One level of a walk: records the route this node holds for `addr` in
+/// `best` and returns the child to visit next, if any.
+#[inline(always)]
+fn step<'a>(node: &'a Node, addr: u128, best: &mut Option<u32>) -> Option<&'a Node> {
+    if addr & node.prefix_mask != node.prefix {
+        // A compressed path this address leaves.
+        return None;
+    }
+    let bit = 1u64 << slot(addr, node.depth);
+    let below = bit - 1;
+    if node.leaf_bits & bit != 0
+        && let Some(Slot::Leaf(index)) = node
+            .slots
+            .get((node.leaf_bits & below).count_ones() as usize)
+    {
+        *best = Some(*index);
+    }
+    if node.child_bits & bit == 0 {
+        return None;
+    }
+    let at = node.leaf_count() + (node.child_bits & below).count_ones() as usize;
+    match node.slots.get(at) {
+        Some(Slot::Child(child)) => Some(child),
+        _ => None,
     }
 }
 
@@ -121,39 +173,45 @@ fn update_at(
     routes: &RoutesByLen,
 ) -> Option<Arc<Node>> {
     let (mut leaf_bits, mut leaves, mut child_bits, mut children) = match node {
-        Some(n) if n.depth == depth => (
-            n.leaf_bits,
-            n.leaves.clone(),
-            n.child_bits,
-            n.children.to_vec(),
-        ),
+        Some(n) if n.depth == depth => {
+            let (leaves, children) = n.slots.split_at(n.leaf_count());
+            (
+                n.leaf_bits,
+                leaves.to_vec(),
+                n.child_bits,
+                children.to_vec(),
+            )
+        }
         // A compressed path: this level is an empty node whose one child
         // leads to `n`.
         Some(n) => (
             0,
-            Box::default(),
+            Vec::new(),
             1u64 << slot(n.prefix, depth),
-            vec![n.clone()],
+            vec![Slot::Child(n.clone())],
         ),
-        None => (0, Box::default(), 0, Vec::new()),
+        None => (0, Vec::new(), 0, Vec::new()),
     };
     if depth == target {
         (leaf_bits, leaves) = build_leaves(depth, network, routes);
     } else {
         let bit = 1u64 << slot(network, depth);
         let at = (child_bits & (bit - 1)).count_ones() as usize;
-        let old = (child_bits & bit != 0).then(|| children[at].clone());
+        let old = match children.get(at) {
+            Some(Slot::Child(child)) if child_bits & bit != 0 => Some(child.clone()),
+            _ => None,
+        };
         match (
             old.is_some(),
             update_at(old.as_ref(), depth + 1, network, target, routes),
         ) {
-            (true, Some(child)) => children[at] = child,
+            (true, Some(child)) => children[at] = Slot::Child(child),
             (true, None) => {
                 children.remove(at);
                 child_bits &= !bit;
             }
             (false, Some(child)) => {
-                children.insert(at, child);
+                children.insert(at, Slot::Child(child));
                 child_bits |= bit;
             }
             (false, None) => {}
@@ -162,17 +220,20 @@ fn update_at(
     match (leaf_bits, child_bits.count_ones()) {
         (0, 0) => None,
         // No route here and one way down: point the parent at the child.
-        (0, 1) => children.pop(),
+        (0, 1) => match children.pop() {
+            Some(Slot::Child(child)) => Some(child),
+            _ => None,
+        },
         _ => {
             let prefix_mask = prefix_mask(STRIDE * depth);
+            leaves.extend(children);
             Some(Arc::new(Node {
                 prefix: network & prefix_mask,
                 prefix_mask,
                 depth,
                 leaf_bits,
                 child_bits,
-                leaves,
-                children: children.into_boxed_slice(),
+                slots: leaves.into_boxed_slice(),
             }))
         }
     }
@@ -181,7 +242,7 @@ fn update_at(
 /// The slots of the node at `depth` on the way to `network`, from the routes
 /// of lengths `6 * depth + 1 ..= 6 * depth + 6` under it (and `::/0` at the
 /// root).
-fn build_leaves(depth: u32, network: u128, routes: &RoutesByLen) -> (u64, Box<[u32]>) {
+fn build_leaves(depth: u32, network: u128, routes: &RoutesByLen) -> (u64, Vec<Slot>) {
     let base_len = STRIDE * depth;
     let node_prefix = network & prefix_mask(base_len);
     let mut slots: [Option<u32>; 64] = [None; 64];
@@ -211,18 +272,24 @@ fn build_leaves(depth: u32, network: u128, routes: &RoutesByLen) -> (u64, Box<[u
     for (i, value) in slots.iter().enumerate() {
         if let Some(index) = value {
             bits |= 1 << i;
-            leaves.push(*index);
+            leaves.push(Slot::Leaf(*index));
         }
     }
-    (bits, leaves.into_boxed_slice())
+    (bits, leaves)
 }
 
 /// Bytes of the trie under `node`.
 pub(crate) fn bytes(node: &Node) -> usize {
     std::mem::size_of::<Node>()
-        + 4 * node.leaves.len()
-        + std::mem::size_of::<Arc<Node>>() * node.children.len()
-        + node.children.iter().map(|c| bytes(c)).sum::<usize>()
+        + std::mem::size_of::<Slot>() * node.slots.len()
+        + node
+            .slots
+            .iter()
+            .map(|s| match s {
+                Slot::Child(child) => bytes(child),
+                Slot::Leaf(_) => 0,
+            })
+            .sum::<usize>()
 }
 
 #[cfg(test)]

@@ -163,6 +163,31 @@ fn check_all(fib: &Fib, reader: &brindle_fib::FibReader, reference: &Reference, 
     for &addr in probes {
         assert_eq!(reader.lookup(addr), reference.lookup(addr), "lookup {addr}");
     }
+    // The batch lookups (blocks of 32, lanes of 8) give the same answers.
+    let v4: Vec<Ipv4Addr> = probes
+        .iter()
+        .filter_map(|a| match a {
+            IpAddr::V4(a) => Some(*a),
+            IpAddr::V6(_) => None,
+        })
+        .collect();
+    let v6: Vec<Ipv6Addr> = probes
+        .iter()
+        .filter_map(|a| match a {
+            IpAddr::V6(a) => Some(*a),
+            IpAddr::V4(_) => None,
+        })
+        .collect();
+    let mut out = vec![Some(NextHop::Host); v4.len()];
+    reader.lookup_v4_batch(&v4, &mut out);
+    for (addr, got) in v4.iter().zip(&out) {
+        assert_eq!(*got, reference.lookup(IpAddr::V4(*addr)), "batch {addr}");
+    }
+    let mut out = vec![Some(NextHop::Host); v6.len()];
+    reader.snapshot().lookup_v6_batch(&v6, &mut out);
+    for (addr, got) in v6.iter().zip(&out) {
+        assert_eq!(*got, reference.lookup(IpAddr::V6(*addr)), "batch {addr}");
+    }
     assert_eq!(fib.len(), reference.routes.len());
     let mut ours: Vec<_> = fib.routes().collect();
     let mut theirs = reference.routes.clone();
