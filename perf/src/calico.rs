@@ -57,7 +57,7 @@ pub fn rule_set(
             // Calico names: "cali" + 11 hex digits of a hash of the workload.
             _ => format!(
                 "cali{:011x}",
-                0x5eed_0000_0000u64 + (i as u64) * 0x9e37_79b9
+                (0x5eed_0000_0000u64 + (i as u64) * 0x9e37_79b9) & 0xfff_ffff_ffff
             ),
         })
         .collect();
@@ -313,6 +313,17 @@ mod tests {
         let s = set();
         assert!(s.ipsets.contains("add cali40s:ep16e4 10.201.2.2/32"));
         assert!(s.ipsets.contains("add cali40s:ep33i4 10.201.1.2/32"));
+    }
+
+    #[test]
+    fn interface_names_fit_ifnamsiz() {
+        let s = set();
+        for l in s.iptables.lines() {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            for w in words.windows(2).filter(|w| w[0] == "-i" || w[0] == "-o") {
+                assert!(w[1].len() <= 15, "{} in {l}", w[1]);
+            }
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! (AF_XDP RX behind an XDP program that takes every frame), each on a
 //! thread of its own inside its namespace.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -199,7 +200,9 @@ pub fn generate(
         len[i] = d.len;
         flow_of[i] = flow;
     }
-    let mut free: Vec<u32> = (0..chunks as u32).collect();
+    // A FIFO of free chunks: frames leave in chunk order, so the flows
+    // (baked into the chunks) take turns at any rate.
+    let mut free: VecDeque<u32> = (0..chunks as u32).collect();
     let mut batch = [Desc::default(); 64];
     let mut batch_chunk = [0u32; 64];
     let mut done = [0u64; 256];
@@ -232,8 +235,7 @@ pub fn generate(
                 continue;
             }
         }
-        for j in 0..want {
-            let c = free[free.len() - 1 - j];
+        for (j, &c) in free.iter().take(want).enumerate() {
             let d = Desc {
                 addr: u64::from(c) * chunk_size,
                 len: len[c as usize],
@@ -249,7 +251,7 @@ pub fn generate(
             result.per_flow[usize::from(flow_of[c as usize])] += 1;
             result.bytes += u64::from(len[c as usize]);
         }
-        free.truncate(free.len() - taken);
+        free.drain(..taken);
         seq += taken as u64;
         result.sent += taken as u64;
         if taken > 0 {

@@ -1,0 +1,186 @@
+//! The harness on real veths (root): exact counts, detected loss, sane
+//! latency, every scenario producing figures, and nothing left behind,
+//! Ctrl-C included. Every namespace is removed by Drop guards, also when an
+//! assertion fails.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use brindle_perf::frame::FrameSize;
+use brindle_perf::report::{Status, TrialKind};
+use brindle_perf::runner::{RunOptions, Scenario, run_scenario};
+use brindle_perf::selftest;
+use brindle_perf::traffic::Rate;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+fn namespaces_with_prefix(prefix: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        // bp<pid> then the role letter: bp123 must not match bp1234's.
+        .filter(|n| {
+            n.strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_alphabetic()))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn the_sink_counts_exactly_what_the_generator_sent_on_a_plain_veth() {
+    let (checks, sent, seen) = selftest::exact_count_on_a_plain_veth().unwrap();
+    for c in &checks {
+        assert!(c.passed, "{}: {}", c.name, c.detail);
+    }
+    // 2000 pps for 0.5 s.
+    assert!((900..=1001).contains(&sent.sent), "sent {}", sent.sent);
+    assert_eq!(seen.counter.received, sent.sent);
+    assert_eq!(seen.per_flow, sent.per_flow);
+    assert!(
+        sent.per_flow.iter().all(|&n| n > 0),
+        "every flow sent: {:?}",
+        sent.per_flow
+    );
+    let l = seen.counter.latency_summary().unwrap();
+    assert!(l.min_ns > 0 && l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns);
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn frames_dropped_on_purpose_for_one_flow_are_counted_as_lost() {
+    let (checks, sent, seen) = selftest::loss_of_one_dropped_flow_is_counted().unwrap();
+    for c in &checks {
+        assert!(c.passed, "{}: {}", c.name, c.detail);
+    }
+    let dropped = sent.per_flow[2];
+    assert!(dropped > 0);
+    assert_eq!(seen.counter.lost(sent.sent), dropped);
+    assert_eq!(seen.per_flow[2], 0);
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
+    let options = RunOptions {
+        sizes: vec![FrameSize::Fixed(64)],
+        duration: Duration::from_millis(300),
+        flows: 4,
+        // A low fixed rate: the test checks the plumbing, not the speed.
+        rate: Rate::Pps(20_000.0),
+        latency_fraction: None,
+        brindle_binary: "/nonexistent/brindle-vrouter".into(),
+        ..RunOptions::default()
+    };
+    for scenario in Scenario::ALL {
+        let r = run_scenario(scenario, &options, &mut |_| {});
+        if scenario == Scenario::Brindle {
+            assert!(
+                matches!(r.status, Status::NotAvailable(_)),
+                "{:?}",
+                r.status
+            );
+            assert!(r.trials.is_empty());
+            continue;
+        }
+        assert!(
+            matches!(r.status, Status::Ran),
+            "{}: {:?}",
+            r.scenario,
+            r.status
+        );
+        let t = r.throughput("64").unwrap();
+        assert_eq!(t.kind, TrialKind::Throughput);
+        assert!(t.sent > 1000, "{}: sent {}", r.scenario, t.sent);
+        // At 20 kpps nothing on this path should lose more than a few frames.
+        assert!(
+            t.received * 100 >= t.sent * 95,
+            "{}: {} of {}",
+            r.scenario,
+            t.received,
+            t.sent
+        );
+        let l = t.latency.as_ref().unwrap();
+        assert!(l.min_ns > 0 && l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns);
+        match scenario {
+            Scenario::KernelCalico => {
+                let note = r.notes.join(" ");
+                let installed: usize = note
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                assert!((2_100..=2_500).contains(&installed), "{note}");
+            }
+            Scenario::NullAfxdp => {
+                let f = t.forwarder.as_ref().unwrap();
+                assert!(
+                    f.forwarded >= t.received,
+                    "forwarded {} received {}",
+                    f.forwarded,
+                    t.received
+                );
+            }
+            _ => assert!(t.forwarder.is_none()),
+        }
+    }
+    assert!(brindle_perf::topo::none_left());
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn ctrl_c_during_a_run_removes_every_namespace() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brindle-perf"))
+        .args([
+            "run",
+            "--scenario",
+            "kernel",
+            "--duration",
+            "20",
+            "--rate",
+            "10000",
+            "--frame-size",
+            "64",
+        ])
+        .args([
+            "--out",
+            &std::env::temp_dir()
+                .join("brindle-perf-ctrl-c")
+                .display()
+                .to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let prefix = format!("bp{}", child.id() % 100_000);
+    // Wait until its topology exists.
+    let start = Instant::now();
+    while namespaces_with_prefix(&prefix).len() < 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "topology never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(15) {
+            let _ = child.kill();
+            panic!("brindle-perf did not stop after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "an interrupted run reports failure");
+    assert_eq!(namespaces_with_prefix(&prefix), Vec::<String>::new());
+}
