@@ -243,6 +243,154 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
+/// An ICMPv6 message, as values: echo and the errors are typed, anything
+/// else (neighbor discovery included) is kept as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Icmpv6Repr<'a> {
+    /// Echo request.
+    EchoRequest {
+        /// Identifier.
+        ident: u16,
+        /// Sequence number.
+        seq_no: u16,
+        /// Payload.
+        data: &'a [u8],
+    },
+    /// Echo reply.
+    EchoReply {
+        /// Identifier.
+        ident: u16,
+        /// Sequence number.
+        seq_no: u16,
+        /// Payload.
+        data: &'a [u8],
+    },
+    /// Packet too big.
+    PacketTooBig {
+        /// The MTU of the next hop.
+        mtu: u32,
+        /// As much of the invoking packet as fits.
+        data: &'a [u8],
+    },
+    /// Time exceeded.
+    TimeExceeded {
+        /// Code (0: hop limit exceeded in transit).
+        code: u8,
+        /// As much of the invoking packet as fits.
+        data: &'a [u8],
+    },
+    /// Any other type.
+    Other {
+        /// Type.
+        msg_type: u8,
+        /// Code.
+        code: u8,
+        /// The 4 bytes after the checksum.
+        rest_of_header: u32,
+        /// The rest.
+        data: &'a [u8],
+    },
+}
+
+impl<'a> Icmpv6Repr<'a> {
+    /// Parses a message, verifying its checksum against the pseudo-header
+    /// of `src` → `dst`.
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(
+        packet: &Packet<&'a T>,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+    ) -> Result<Icmpv6Repr<'a>> {
+        packet.check_len()?;
+        if !packet.verify_checksum(src, dst) {
+            return Err(Error::Checksum);
+        }
+        let data = packet.data();
+        Ok(match packet.msg_type() {
+            Message::EchoRequest => Icmpv6Repr::EchoRequest {
+                ident: packet.echo_ident(),
+                seq_no: packet.echo_seq_no(),
+                data,
+            },
+            Message::EchoReply => Icmpv6Repr::EchoReply {
+                ident: packet.echo_ident(),
+                seq_no: packet.echo_seq_no(),
+                data,
+            },
+            Message::PacketTooBig => Icmpv6Repr::PacketTooBig {
+                mtu: packet.mtu(),
+                data,
+            },
+            Message::TimeExceeded => Icmpv6Repr::TimeExceeded {
+                code: packet.msg_code(),
+                data,
+            },
+            other => Icmpv6Repr::Other {
+                msg_type: u8::from(other),
+                code: packet.msg_code(),
+                rest_of_header: packet.rest_of_header(),
+                data,
+            },
+        })
+    }
+
+    fn data(&self) -> &'a [u8] {
+        match *self {
+            Icmpv6Repr::EchoRequest { data, .. }
+            | Icmpv6Repr::EchoReply { data, .. }
+            | Icmpv6Repr::PacketTooBig { data, .. }
+            | Icmpv6Repr::TimeExceeded { data, .. }
+            | Icmpv6Repr::Other { data, .. } => data,
+        }
+    }
+
+    /// Length of the message this emits: 8 plus the data.
+    pub fn buffer_len(&self) -> usize {
+        HEADER_LEN + self.data().len()
+    }
+
+    /// Writes the message into the first [`Icmpv6Repr::buffer_len`] bytes
+    /// and checksums it for `src` → `dst`.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        packet: &mut Packet<T>,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+    ) -> Result<()> {
+        let len = self.buffer_len();
+        let buf = packet.buffer.as_mut();
+        if buf.len() < len {
+            return Err(Error::BufferTooSmall);
+        }
+        let mut p = Packet::new_unchecked(&mut buf[..len]);
+        let (t, code, rest) = match *self {
+            Icmpv6Repr::EchoRequest { ident, seq_no, .. } => (
+                Message::EchoRequest,
+                0,
+                (u32::from(ident) << 16) | u32::from(seq_no),
+            ),
+            Icmpv6Repr::EchoReply { ident, seq_no, .. } => (
+                Message::EchoReply,
+                0,
+                (u32::from(ident) << 16) | u32::from(seq_no),
+            ),
+            Icmpv6Repr::PacketTooBig { mtu, .. } => (Message::PacketTooBig, 0, mtu),
+            Icmpv6Repr::TimeExceeded { code, .. } => (Message::TimeExceeded, code, 0),
+            Icmpv6Repr::Other {
+                msg_type,
+                code,
+                rest_of_header,
+                ..
+            } => (Message::from(msg_type), code, rest_of_header),
+        };
+        p.set_msg_type(t);
+        p.set_msg_code(code);
+        p.set_rest_of_header(rest);
+        p.data_mut().copy_from_slice(self.data());
+        p.fill_checksum(src, dst);
+        Ok(())
+    }
+}
+
 /// Which error to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Icmpv6Error {
@@ -502,6 +650,37 @@ mod tests {
         p.set_rest_of_header(0x6e23_0001);
         p.data_mut().copy_from_slice(&b[8..]);
         p.fill_checksum(a(), r());
+        assert_eq!(out, b);
+    }
+
+    #[test]
+    fn test_parse() {
+        let b = bytes();
+        assert_eq!(
+            Icmpv6Repr::parse(&Packet::new_unchecked(&b[..]), a(), r()),
+            Ok(Icmpv6Repr::EchoRequest {
+                ident: 0x6e23,
+                seq_no: 1,
+                data: &b[8..],
+            })
+        );
+        assert_eq!(
+            Icmpv6Repr::parse(&Packet::new_unchecked(&b[..]), r(), r()),
+            Err(Error::Checksum)
+        );
+    }
+
+    #[test]
+    fn test_emit() {
+        let b = bytes();
+        let repr = Icmpv6Repr::EchoRequest {
+            ident: 0x6e23,
+            seq_no: 1,
+            data: &b[8..],
+        };
+        let mut out = vec![0xa5; repr.buffer_len()];
+        repr.emit(&mut Packet::new_unchecked(&mut out), a(), r())
+            .unwrap();
         assert_eq!(out, b);
     }
 

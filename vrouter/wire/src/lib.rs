@@ -71,7 +71,7 @@ pub use encap::{IpipEncap, OuterHeader, VxlanDecap, VxlanEncap};
 pub use error::{Error, Result};
 pub use ethernet::{EtherType, EthernetRepr, Frame as EthernetFrame, MacAddr, VlanTag};
 pub use icmpv4::{Icmpv4Error, Icmpv4Repr, Packet as Icmpv4Packet};
-pub use icmpv6::{Icmpv6Error, Packet as Icmpv6Packet};
+pub use icmpv6::{Icmpv6Error, Icmpv6Repr, Packet as Icmpv6Packet};
 pub use ip::IpProtocol;
 pub use ipv4::{Ipv4Repr, Packet as Ipv4Packet};
 pub use ipv6::{Ipv6Repr, Packet as Ipv6Packet};

@@ -191,6 +191,20 @@ fn kernel_ipv6_frames_parse_and_reemit_identically() {
         repr.emit(&mut Ipv6Packet::new_unchecked(&mut out[14..]))
             .unwrap();
         assert_eq!(&out, f);
+
+        // The ICMPv6 message verifies, and re-emits identically.
+        let icmp = brindle_wire::Icmpv6Packet::new_checked(ip.payload()).unwrap();
+        let icmp_repr =
+            brindle_wire::Icmpv6Repr::parse(&icmp, repr.src_addr, repr.dst_addr).unwrap();
+        let mut msg = vec![0xa5; icmp_repr.buffer_len()];
+        icmp_repr
+            .emit(
+                &mut brindle_wire::Icmpv6Packet::new_unchecked(&mut msg[..]),
+                repr.src_addr,
+                repr.dst_addr,
+            )
+            .unwrap();
+        assert_eq!(&msg[..], ip.payload());
     }
 }
 

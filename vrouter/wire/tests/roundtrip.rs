@@ -169,6 +169,32 @@ proptest! {
     }
 
     #[test]
+    fn icmpv6_repr_round_trips(
+        kind in 0u8..5, a: u16, b: u16, code: u8, t: u8, src: [u8; 16], dst: [u8; 16],
+        data in proptest::collection::vec(any::<u8>(), 0..64),
+    ) {
+        use brindle_wire::{Icmpv6Packet, Icmpv6Repr};
+        let rest = (u32::from(a) << 16) | u32::from(b);
+        let repr = match kind {
+            0 => Icmpv6Repr::EchoRequest { ident: a, seq_no: b, data: &data },
+            1 => Icmpv6Repr::EchoReply { ident: a, seq_no: b, data: &data },
+            2 => Icmpv6Repr::PacketTooBig { mtu: rest, data: &data },
+            3 => Icmpv6Repr::TimeExceeded { code, data: &data },
+            _ => {
+                let msg_type = if matches!(t, 2 | 3 | 128 | 129) { 135 } else { t };
+                Icmpv6Repr::Other { msg_type, code, rest_of_header: rest, data: &data }
+            }
+        };
+        let (src, dst) = (Ipv6Addr::from(src), Ipv6Addr::from(dst));
+        let mut out = vec![0xa5; repr.buffer_len()];
+        repr.emit(&mut Icmpv6Packet::new_unchecked(&mut out[..]), src, dst).unwrap();
+        prop_assert_eq!(
+            Icmpv6Repr::parse(&Icmpv6Packet::new_checked(&out[..]).unwrap(), src, dst),
+            Ok(repr)
+        );
+    }
+
+    #[test]
     fn udp_repr_round_trips(
         src in ipv4(), dst in ipv4(), sp: u16, dp: u16, csum: bool,
         payload in proptest::collection::vec(any::<u8>(), 0..64),
