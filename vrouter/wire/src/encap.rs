@@ -218,7 +218,7 @@ impl VxlanEncap {
 }
 
 /// Where the inner IPv4 packet of an IPIP frame starts, if `frame` is an
-/// untagged Ethernet frame carrying a valid IPv4 header with protocol 4
+/// Ethernet frame (tagged or not) carrying a valid IPv4 header with protocol 4
 /// and at least a minimal inner header. Outer options are skipped.
 pub fn ipip_inner_offset(frame: &[u8]) -> Option<usize> {
     let eth = ethernet::Frame::new_checked(frame).ok()?;
@@ -423,6 +423,12 @@ mod tests {
             udp_checksum: UdpChecksum::Compute,
         };
         assert_eq!(t.emit(&mut b, 0, 0), Err(Error::BufferTooSmall));
+        let mut big = vec![0; VXLAN_HEADER_LEN + 14];
+        let wide_vni = VxlanEncap {
+            vni: 0x0100_0000,
+            ..t
+        };
+        assert_eq!(wide_vni.emit(&mut big, 0, 0), Err(Error::Malformed));
         assert_eq!(
             IpipEncap { outer: outer() }.emit(&mut b[..IPIP_HEADER_LEN - 1], 0),
             Err(Error::BufferTooSmall)
