@@ -1134,6 +1134,24 @@ fn the_containerfile_builds_the_workspace_binaries_into_a_slim_image() -> Result
             .with_context(|| format!("{bin} not in the image"))?;
         assert!(dest.starts_with(dir), "{bin} goes to {dest}, not {dir}");
     }
+    // The build context leaves out the build outputs but nothing the build
+    // copies.
+    let ignored: Vec<String> = read(&deploy().join("Containerfile.dockerignore"))?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect();
+    assert!(
+        ignored.iter().any(|p| p == "target"),
+        "target/ is sent to the build"
+    );
+    for needed in ["Cargo.toml", "Cargo.lock", "deploy", "cni", "vrouter"] {
+        assert!(
+            !ignored.iter().any(|p| p == needed),
+            "{needed} is left out of the build context"
+        );
+    }
     // The init container's command is in the image.
     assert!(
         instructions
