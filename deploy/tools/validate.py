@@ -115,6 +115,18 @@ def check_structural(node, path, problems, in_junctor=False):
             re.compile(node["pattern"])
         except re.error as e:
             problems.add(path, f"pattern does not compile: {e}")
+    # CEL rules cannot be compiled here; at least every field they name
+    # must be one of the node's properties (a typo is caught before the API
+    # server refuses the CRD).
+    for rule in node.get("x-kubernetes-validations") or []:
+        text = rule.get("rule", "")
+        if not text:
+            problems.add(path, "x-kubernetes-validations entry without a rule")
+        for field in re.findall(r"\bself\.([A-Za-z_][A-Za-z0-9_]*)", text):
+            if field not in (node.get("properties") or {}):
+                problems.add(path, f"CEL rule names self.{field}, which is not a property")
+        if "\n" in text and not rule.get("message"):
+            problems.add(path, "a multi-line CEL rule needs a message")
     # What the node says of its own values must pass the node itself.
     plain = json_schema_of(node)
     for value in node.get("enum") or []:
