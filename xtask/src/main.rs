@@ -46,6 +46,9 @@ const APT_PACKAGES: &[&str] = &[
     "iptables",
 ];
 
+/// The Kubernetes schema validator the deploy test runs (from PyPI).
+const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.0";
+
 /// How long each fuzz target runs inside `cargo xtask test`.
 const FUZZ_SECONDS_IN_TEST: u32 = 20;
 
@@ -153,6 +156,23 @@ fn install_deps() -> Result<()> {
     if !mounted {
         std::fs::create_dir_all("/sys/fs/bpf")?;
         run(Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"]))?;
+    }
+    // The deploy test validates manifests against the Kubernetes schemas that
+    // this package ships (no network at test time). `python3 -m pip` so that
+    // it lands in the same interpreter the test runs.
+    let have_validator = Command::new("python3")
+        .args(["-c", "import kubernetes_validate"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !have_validator {
+        run(Command::new("python3").args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            KUBERNETES_VALIDATE,
+        ]))?;
     }
     if Command::new("cargo")
         .args(["fuzz", "--version"])
