@@ -56,6 +56,8 @@ pub struct BrindleConfig {
     pub daemon_timeout_ms: u64,
     /// `tracing` filter for the plugin's stderr log (`info`, `debug`, ...).
     pub log_level: String,
+    /// A file to append the log to, besides stderr.
+    pub log_file: Option<PathBuf>,
 }
 
 impl Default for BrindleConfig {
@@ -68,6 +70,7 @@ impl Default for BrindleConfig {
             require_daemon: true,
             daemon_timeout_ms: 2000,
             log_level: "info".to_string(),
+            log_file: None,
         }
     }
 }
