@@ -386,12 +386,15 @@ impl Plugin for Brindle {
             Some(m) => m,
             None => cfg.derived_mtu(uplink_mtu(&mut host, &cfg)?),
         };
-        let ipam = delegate::ipam_add(req)?;
+        // Armed before IPAM: an IPAM plugin that allocated but answered
+        // something we cannot use must still release (IPAM DEL is
+        // idempotent, and a host end with our name can only be ours).
         let mut rollback = Rollback {
             req,
             host_name: &host_name,
             armed: true,
         };
+        let ipam = delegate::ipam_add(req)?;
         let built = build(req, &mut host, &mut pod, &netns, &host_name, &ipam, mtu)?;
         let endpoint = Endpoint {
             key: key.clone(),
