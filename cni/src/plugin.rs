@@ -14,7 +14,7 @@ use brindle_api::endpoint::{
 use brindle_api::framing::PROTOCOL_VERSION;
 use ipnet::IpNet;
 use rtnetlink::packet_route::route::RouteScope;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, info_span, warn};
 
 use crate::config::BrindleConfig;
 use crate::daemon::{Daemon, DaemonError};
@@ -367,6 +367,9 @@ impl Plugin for Brindle {
         let cfg = BrindleConfig::from_conf(&req.conf)?;
         let key = key_of(req);
         let host_name = host_ifname(&key.handle());
+        let _span =
+            info_span!("attachment", handle = %key.handle(), verb = req.env.command.as_str())
+                .entered();
         let netns = open_pod_netns(req)?;
         let mut pod = netns::netlink_in(&netns).map_err(nl("opening netlink in the pod netns"))?;
         // Before IPAM: an existing interface belongs to an earlier ADD, and
@@ -432,6 +435,9 @@ impl Plugin for Brindle {
         let cfg: BrindleConfig = req.conf.plugin_config().unwrap_or_default();
         let key = key_of(req);
         let host_name = host_ifname(&key.handle());
+        let _span =
+            info_span!("attachment", handle = %key.handle(), verb = req.env.command.as_str())
+                .entered();
         // IPAM DEL runs while the kernel tears the veth down (unregistering
         // a netdev waits for RCU grace periods, tens of ms): DEL takes the
         // longer of the two, not their sum. The host route of a released
@@ -464,6 +470,9 @@ impl Plugin for Brindle {
         let (_, prev) = CniResult::from_json(prev)?;
         let key = key_of(req);
         let host_name = host_ifname(&key.handle());
+        let _span =
+            info_span!("attachment", handle = %key.handle(), verb = req.env.command.as_str())
+                .entered();
         let netns = open_pod_netns(req)?;
         let mut pod = netns::netlink_in(&netns).map_err(nl("opening netlink in the pod netns"))?;
         let mut host = Netlink::open().map_err(nl("opening netlink"))?;
@@ -723,5 +732,113 @@ impl Plugin for Brindle {
             }
             Err(e) => Err(not_available(format!("IPAM plugin not ready: {e}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use brindle_api::cni::{CniEnv, NetConf};
+
+    use super::*;
+
+    fn request(version: &str) -> Request {
+        let vars = [
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_CONTAINERID", "c1"),
+            ("CNI_NETNS", "/var/run/netns/p"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin"),
+            (
+                "CNI_ARGS",
+                "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web;K8S_POD_UID=u1",
+            ),
+        ];
+        let env = CniEnv::from_vars(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap();
+        let stdin = format!(
+            r#"{{"cniVersion":"{version}","name":"net","type":"brindle","ipam":{{"type":"host-local"}},"dns":{{"nameservers":["10.96.0.10"]}}}}"#
+        );
+        let conf = NetConf::parse(stdin.as_bytes()).unwrap();
+        Request {
+            version: conf.version().unwrap(),
+            env,
+            conf,
+            stdin: stdin.into_bytes(),
+        }
+    }
+
+    fn built() -> Built {
+        let link = |index, name: &str, mac: Vec<u8>| Link {
+            index,
+            name: name.into(),
+            mtu: 1480,
+            mac,
+            up: true,
+            kind: Some("veth".into()),
+            alias: None,
+        };
+        Built {
+            host: link(7, "bri0123456789a", HOST_MAC.to_vec()),
+            pod: link(2, "eth0", vec![2, 0, 0, 0, 0, 1]),
+            ips: vec![
+                "10.1.0.5/32".parse().unwrap(),
+                "fd00::5/128".parse().unwrap(),
+            ],
+            gateways: vec![GATEWAY_V4.into(), GATEWAY_V6.into()],
+            mtu: 1480,
+        }
+    }
+
+    #[test]
+    fn the_result_names_both_ends_and_points_ips_at_the_pod_end() {
+        let req = request("1.1.0");
+        let r = result_of(&req, &built(), &CniResult::default());
+        assert_eq!(r.interfaces[0].name, "bri0123456789a");
+        assert_eq!(r.interfaces[0].mac, "ee:ee:ee:ee:ee:ee");
+        assert!(r.interfaces[0].sandbox.is_empty());
+        assert_eq!(r.interfaces[1].name, "eth0");
+        assert_eq!(r.interfaces[1].mac, "02:00:00:00:00:01");
+        assert_eq!(r.interfaces[1].sandbox, "/var/run/netns/p");
+        assert!(r.ips.iter().all(|i| i.interface == Some(1)));
+        assert_eq!(r.ips[0].gateway, Some(IpAddr::V4(GATEWAY_V4)));
+        assert_eq!(r.ips[1].gateway, Some(IpAddr::V6(GATEWAY_V6)));
+        let dsts: Vec<String> = r.routes.iter().map(|r| r.dst.to_string()).collect();
+        assert_eq!(dsts, ["0.0.0.0/0", "::/0"]);
+        // No DNS from IPAM: the config's is passed on.
+        assert_eq!(r.dns.nameservers, ["10.96.0.10"]);
+    }
+
+    #[test]
+    fn the_ipv6_gateway_is_the_link_local_of_the_host_mac() {
+        // EUI-64 of ee:ee:ee:ee:ee:ee: flip the U/L bit (0xee -> 0xec),
+        // insert ff:fe in the middle.
+        assert_eq!(GATEWAY_V6.to_string(), "fe80::ecee:eeff:feee:eeee");
+    }
+
+    #[test]
+    fn collected_errors_keep_the_first_code_and_list_the_rest() {
+        assert!(collect(Vec::new()).is_ok());
+        let e = collect(vec![
+            CniError::try_again_later("daemon").with_details("refused"),
+            CniError::io("veth", "EBUSY"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::TRY_AGAIN_LATER);
+        assert!(e.details.starts_with("refused; also: "), "{}", e.details);
+        assert!(e.details.contains("EBUSY"));
+    }
+
+    #[test]
+    fn the_daemon_hears_the_pod_identity_from_cni_args() {
+        let p = pod_ref(&request("1.0.0"));
+        assert_eq!(
+            (p.namespace.as_str(), p.name.as_str(), p.uid.as_str()),
+            ("ns", "web", "u1")
+        );
+        assert_eq!(key_of(&request("1.0.0")).handle(), "net/c1/eth0");
     }
 }
