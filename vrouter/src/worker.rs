@@ -117,3 +117,14 @@ impl Worker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_can_move_to_its_own_thread() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Worker>();
+    }
+}

@@ -3,9 +3,8 @@
 //! frame can grow into its headroom.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::time::Instant;
 
-use super::{Pipeline, Verdict};
+use super::{Cx, Pipeline, Verdict};
 use crate::counters::DropReason;
 use crate::endpoint::PortKind;
 use crate::fib::{Encap, NextHop};
@@ -90,7 +89,7 @@ impl Pipeline {
         start: usize,
         l3: usize,
         end: usize,
-        now: Instant,
+        cx: &Cx,
     ) -> Verdict {
         let Some(kind) = self.ports.get(ingress).map(|e| e.kind) else {
             return Verdict::Drop(DropReason::NotForUs);
@@ -117,7 +116,7 @@ impl Pipeline {
             }
             PortKind::Uplink | PortKind::Host => {}
         }
-        self.route_v4(buf, kind, start, m, false, now)
+        self.route_v4(buf, kind, start, m, false, cx)
     }
 
     /// Strips IPIP or VXLAN addressed to this node; returns the inner
@@ -173,9 +172,9 @@ impl Pipeline {
         start: usize,
         m: V4,
         local: bool,
-        now: Instant,
+        cx: &Cx,
     ) -> Verdict {
-        let Some(nh) = self.fib.lookup_v4(m.dst) else {
+        let Some(nh) = cx.fib.lookup_v4(m.dst) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
         if kind == PortKind::Uplink
@@ -193,7 +192,7 @@ impl Pipeline {
                 m,
                 Icmpv4Error::TimeExceeded,
                 DropReason::Ttl,
-                now,
+                cx,
             );
         }
         let plan = match self.plan_v4(nh) {
@@ -209,7 +208,7 @@ impl Pipeline {
                     m,
                     Icmpv4Error::FragmentationNeeded { next_hop_mtu },
                     DropReason::Mtu,
-                    now,
+                    cx,
                 );
             }
             // This vrouter does not fragment.

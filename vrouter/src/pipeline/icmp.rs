@@ -1,10 +1,8 @@
 //! ICMP errors (time exceeded, fragmentation needed) built in place from
 //! the dropped frame and routed back to its sender like any packet.
 
-use std::time::Instant;
-
 use super::forward::{V4, parse_v4};
-use super::{Pipeline, Verdict};
+use super::{Cx, Pipeline, Verdict};
 use crate::counters::DropReason;
 use crate::endpoint::PortKind;
 use crate::wire::ethernet::{self, MacAddr};
@@ -22,14 +20,14 @@ impl Pipeline {
         m: V4,
         error: Icmpv4Error,
         reason: DropReason,
-        now: Instant,
+        cx: &Cx,
     ) -> Verdict {
         let may = ipv4::Packet::new_checked(&buf[m.l3..m.l3 + m.len])
             .is_ok_and(|p| icmpv4::may_send_error_about(&p));
         if !may {
             return Verdict::Drop(reason);
         }
-        if !self.icmp_bucket.take(now) {
+        if !self.icmp_bucket.take(cx.now) {
             return Verdict::Drop(DropReason::IcmpRateLimited);
         }
         let header = ErrorHeader {
@@ -49,7 +47,7 @@ impl Pipeline {
             Ok(r) => r,
             Err(r) => return Verdict::Drop(r),
         };
-        let v = self.route_v4(buf, PortKind::Host, start, reply, true, now);
+        let v = self.route_v4(buf, PortKind::Host, start, reply, true, cx);
         if matches!(v, Verdict::Tx { .. }) {
             self.counters.icmp_generated += 1;
         }

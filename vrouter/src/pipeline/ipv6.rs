@@ -8,7 +8,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 
 use super::forward::write_ethernet_for;
-use super::{Pipeline, Verdict};
+use super::{Cx, Pipeline, Verdict};
 use crate::counters::DropReason;
 use crate::endpoint::PortKind;
 use crate::fib::NextHop;
@@ -29,6 +29,7 @@ impl Pipeline {
         ingress: PortId,
         l3: usize,
         end: usize,
+        cx: &Cx,
     ) -> Verdict {
         let Some(kind) = self.ports.get(ingress).map(|e| e.kind) else {
             return Verdict::Drop(DropReason::NotForUs);
@@ -50,7 +51,7 @@ impl Pipeline {
         {
             return Verdict::Drop(DropReason::Spoofed);
         }
-        let Some(nh) = self.fib.lookup_v6(dst) else {
+        let Some(nh) = cx.fib.lookup_v6(dst) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
         if kind == PortKind::Uplink && !matches!(nh, NextHop::Local { .. } | NextHop::Host) {

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use crate::arp::{self, ArpAction};
 use crate::counters::{Counters, DropReason};
 use crate::endpoint::{PortKind, PortTable};
-use crate::fib::FibReader;
+use crate::fib::{FibReader, FibSnapshot};
 use crate::frame::{FrameArena, FrameDesc, PortId};
 use crate::neigh::{MissAction, NeighTable};
 use crate::wire::ethernet::{self, EtherType};
@@ -187,6 +187,12 @@ impl TxBatches {
     }
 }
 
+/// What every frame of one batch shares: one FIB version and the time.
+struct Cx {
+    fib: FibSnapshot,
+    now: Instant,
+}
+
 /// The outcome for one frame, in chunk-relative offsets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verdict {
@@ -308,11 +314,16 @@ impl Pipeline {
         now: Instant,
     ) {
         let frame_size = u64::from(arena.frame_size());
+        // One FIB version for the whole batch: the atomic load is paid once.
+        let cx = Cx {
+            fib: self.fib.snapshot(),
+            now,
+        };
         for &desc in rx {
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += u64::from(desc.len);
             let base = desc.addr - desc.addr % frame_size;
-            let verdict = self.handle(arena, ingress, desc, now);
+            let verdict = self.handle(arena, ingress, desc, &cx);
             match verdict {
                 Verdict::Tx { port, start, len } => {
                     let out = FrameDesc {
@@ -335,7 +346,7 @@ impl Pipeline {
                 Verdict::Resolve { port, addr } => {
                     arena.free(base);
                     self.counters.drop(DropReason::NoNeighbour);
-                    self.send_arp_request(arena, port, addr, tx, now);
+                    self.send_arp_request(arena, port, addr, tx, cx.now);
                 }
             }
         }
@@ -382,7 +393,7 @@ impl Pipeline {
         arena: &mut FrameArena,
         ingress: PortId,
         desc: FrameDesc,
-        now: Instant,
+        cx: &Cx,
     ) -> Verdict {
         let Some(kind) = self.ports.get(ingress).map(|e| e.kind) else {
             return Verdict::Drop(DropReason::NotForUs);
@@ -399,9 +410,9 @@ impl Pipeline {
             self.learn_pod_mac(ingress, eth.src_addr().0);
         }
         match ethertype {
-            EtherType::Ipv4 => self.ipv4(buf, ingress, start, l3, end, now),
+            EtherType::Ipv4 => self.ipv4(buf, ingress, start, l3, end, cx),
             EtherType::Arp => self.arp(buf, ingress, kind, start, l3, end),
-            EtherType::Ipv6 => self.ipv6(buf, ingress, l3, end),
+            EtherType::Ipv6 => self.ipv6(buf, ingress, l3, end, cx),
             _ => Verdict::Drop(DropReason::UnknownEthertype),
         }
     }
