@@ -1008,9 +1008,7 @@ impl UpdateMsg {
         }
         match (&self.attrs, &self.mp_unreach) {
             (None, None) => Some((AFI_IPV4, SAFI_UNICAST)),
-            (Some(a), Some(u)) if u.withdrawn.is_empty() && *a == Attrs::default() => {
-                Some((u.afi, u.safi))
-            }
+            (None, Some(u)) if u.withdrawn.is_empty() => Some((u.afi, u.safi)),
             _ => None,
         }
     }
@@ -1106,7 +1104,9 @@ impl UpdateMsg {
                 AttrFault::Withdraw(UpdateError::MissingWellKnownAttribute(t)),
             )?;
         }
-        msg.attrs = Some(attrs);
+        // An attribute list that kept nothing reads as no attributes, so
+        // that decoding our own encoding gives the same value.
+        msg.attrs = (attrs != Attrs::default()).then_some(attrs);
         Ok(msg)
     }
 

@@ -648,7 +648,7 @@ fn build_updates(announce: Vec<(OutRoute, IpNet)>, withdraw: Vec<IpNet>) -> Vec<
     }
     for chunk in w6.chunks(V6_PER_UPDATE) {
         msgs.push(UpdateMsg {
-            attrs: Some(Attrs::default()),
+            attrs: None,
             mp_unreach: Some(MpUnreach {
                 afi: AFI_IPV6,
                 safi: SAFI_UNICAST,

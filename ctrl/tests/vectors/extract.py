@@ -23,6 +23,21 @@ def packets(path):
         off += 16 + incl
 
 
+def write_seeds(fuzzdir, kind, name, msg):
+    """Seeds in the fuzz targets' input format: one octet of decode context
+    (bit 0: four-octet AS, bit 1: RFC 7606), then the message without its
+    header (typed targets) or from its type octet on (`message`)."""
+    typed = {"open", "update", "notification", "route_refresh"}
+    targets = [("message", msg[18:])]
+    if kind in typed:
+        targets.append((kind, msg[19:]))
+    for target, body in targets:
+        d = os.path.join(fuzzdir, target)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "seed-" + name), "wb") as f:
+            f.write(b"\x03" + body)
+
+
 def main():
     pcap, outdir = sys.argv[1], sys.argv[2]
     streams = {}
@@ -61,14 +76,12 @@ def main():
         counts[(sender, kind)] = counts.get((sender, kind), 0) + 1
         name = "%s-%s-%d" % (sender, kind, counts[(sender, kind)])
         lines.append("%s %s %s" % (name, receiver, msg.hex()))
-        target = os.path.join(fuzzdir, kind)
-        os.makedirs(target, exist_ok=True)
-        with open(os.path.join(target, "seed-" + name), "wb") as f:
-            f.write(msg)
+        write_seeds(fuzzdir, kind, name, msg)
     with open(os.path.join(outdir, "session.hex"), "w") as f:
         f.write("# name receiver hex: every BGP message of one BIRD 2.0.12 <-> GoBGP 3.10.0 session, in order\n")
         f.write("\n".join(lines) + "\n")
     print("%d messages" % len(lines))
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+//! Fuzz target: the open decoder (first input octet picks the decode context).
+#![no_main]
+
+#[path = "common.rs"]
+mod common;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| common::check(data, 1));
