@@ -606,12 +606,14 @@ fn brindle_ipam() -> Option<std::path::PathBuf> {
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn with_brindle_ipam_standalone_add_gc_status_del_leave_no_handle() -> Result<()> {
-    let Some(ipam_bin) = brindle_ipam() else {
-        eprintln!(
-            "brindle-ipam not built next to brindle: run `cargo build -p brindle-ipam` first"
-        );
-        return Ok(());
-    };
+    // `cargo xtask test` builds every binary of the workspace before the
+    // tests; a missing plugin is a broken setup, not a reason to pass.
+    let ipam_bin = brindle_ipam().ok_or_else(|| {
+        anyhow::anyhow!(
+            "brindle-ipam is not built next to brindle: run `cargo build -p brindle-ipam` \
+             (or `cargo xtask test`, which builds every binary) first"
+        )
+    })?;
     let w = World::new("1.1.0", true)?;
     std::os::unix::fs::symlink(&ipam_bin, w.cni_path.dir.path().join("brindle-ipam"))?;
     let db = w.ipam_dir.path().join("ipam.redb");

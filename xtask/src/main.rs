@@ -200,6 +200,10 @@ fn test(args: &[String]) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    // Integration tests exec other crates' binaries (the CNI plugin's tests
+    // delegate to `brindle-ipam`), so every binary is built first.
+    step("build every binary");
+    run(cargo().args(["build", "--workspace", "--bins"]))?;
     step("tests (unit, integration, benches in test mode)");
     let mut t = cargo();
     t.args(["test", "--workspace", "--all-targets", "--"]);
