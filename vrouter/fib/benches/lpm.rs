@@ -19,6 +19,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use brindle_fib::{Fib, FibChange, FibReader, NextHop};
+use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use rand::rngs::StdRng;
@@ -228,10 +229,22 @@ impl BinaryTrie {
 // ===== benchmarks =====
 
 fn ipv4_lookup(c: &mut Criterion) {
-    let mut group = c.benchmark_group("ipv4_lookup");
+    ipv4_lookup_group(c, "ipv4_lookup", &[Mix::Bgp, Mix::Random], &v4_sizes());
+}
+
+fn ipv4_lookup_group<M: Measurement>(
+    c: &mut Criterion<M>,
+    name: &str,
+    mixes: &[Mix],
+    sizes: &[usize],
+) {
+    let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Elements(PROBES as u64));
-    for mix in [Mix::Bgp, Mix::Random] {
-        for size in v4_sizes() {
+    // The baseline takes ~0.1 s per iteration at 1M routes: fewer samples
+    // keep the whole run to a few minutes.
+    group.sample_size(30);
+    for &mix in mixes {
+        for &size in sizes {
             let routes = v4_routes(size, mix, 1);
             let probes = v4_probes(&routes, 2);
             let (mut fib, reader) = Fib::new();
@@ -288,8 +301,13 @@ fn ipv4_lookup(c: &mut Criterion) {
 }
 
 fn ipv6_lookup(c: &mut Criterion) {
-    let mut group = c.benchmark_group("ipv6_lookup");
+    ipv6_lookup_group(c, "ipv6_lookup");
+}
+
+fn ipv6_lookup_group<M: Measurement>(c: &mut Criterion<M>, name: &str) {
+    let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Elements(PROBES as u64));
+    group.sample_size(30);
     let size = v6_size();
     let routes = v6_routes(size, 3);
     let probes = v6_probes(&routes, 4);
@@ -369,9 +387,96 @@ fn ipv4_update(c: &mut Criterion) {
     group.finish();
 }
 
+// ===== on-CPU time =====
+
+/// Measures the benchmark thread's on-CPU time instead of wall time: on a
+/// shared machine the wall clock also counts the time other processes held
+/// the core. (Cache and memory-bandwidth interference still counts.)
+struct CpuTime;
+
+fn thread_cpu_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .expect("CLOCK_THREAD_CPUTIME_ID");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+impl Measurement for CpuTime {
+    type Intermediate = u64;
+    type Value = u64;
+
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, start: u64) -> u64 {
+        thread_cpu_ns().saturating_sub(start)
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, value: &u64) -> f64 {
+        *value as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &CpuTimeFormatter
+    }
+}
+
+struct CpuTimeFormatter;
+
+impl ValueFormatter for CpuTimeFormatter {
+    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
+        let (divisor, unit) = match typical {
+            t if t < 1e3 => (1.0, "ns cpu"),
+            t if t < 1e6 => (1e3, "us cpu"),
+            t if t < 1e9 => (1e6, "ms cpu"),
+            _ => (1e9, "s cpu"),
+        };
+        values.iter_mut().for_each(|v| *v /= divisor);
+        unit
+    }
+
+    fn scale_throughputs(
+        &self,
+        _typical: f64,
+        throughput: &Throughput,
+        values: &mut [f64],
+    ) -> &'static str {
+        let per_iteration = match throughput {
+            Throughput::Elements(n) => *n as f64,
+            _ => 1.0,
+        };
+        // Millions of elements per second of CPU time.
+        values
+            .iter_mut()
+            .for_each(|v| *v = per_iteration * 1e9 / *v / 1e6);
+        "Melem/cpu-s"
+    }
+
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
+fn cpu_time(c: &mut Criterion<CpuTime>) {
+    let sizes = v4_sizes();
+    ipv4_lookup_group(c, "ipv4_lookup_cpu", &[Mix::Bgp], &sizes[1..]);
+    ipv6_lookup_group(c, "ipv6_lookup_cpu");
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
     targets = ipv4_lookup, ipv6_lookup, ipv4_update
 }
-criterion_main!(benches);
+criterion_group! {
+    name = benches_cpu_time;
+    config = Criterion::default()
+        .with_measurement(CpuTime)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = cpu_time
+}
+criterion_main!(benches, benches_cpu_time);
