@@ -26,6 +26,19 @@ pub const DEFAULT_FRAME_SIZE: u32 = 2048;
 /// behaves identically on both.
 pub const RX_HEADROOM: u32 = 256;
 
+/// `addr`'s offset in its `frame_size` chunk. Chunk sizes are powers of two
+/// (the arena insists), so this is a mask, not a division: it runs several
+/// times per packet.
+#[inline]
+fn offset_in_chunk(addr: u64, frame_size: u32) -> u64 {
+    let fs = u64::from(frame_size);
+    if fs.is_power_of_two() {
+        addr & (fs - 1)
+    } else {
+        addr % fs.max(1)
+    }
+}
+
 /// Index of a port in a worker's port table.
 pub use brindle_fib::PortId;
 
@@ -42,7 +55,7 @@ impl FrameDesc {
     /// Bytes free in front of the packet within its chunk.
     #[inline]
     pub fn headroom(&self, frame_size: u32) -> u32 {
-        (self.addr % u64::from(frame_size)) as u32
+        offset_in_chunk(self.addr, frame_size) as u32
     }
 
     /// Grows the packet by `n` bytes at the front (for an outer header).
@@ -148,6 +161,12 @@ impl FrameArena {
         self.free.len()
     }
 
+    /// The address of the first byte of the chunk that holds `addr`.
+    #[inline]
+    pub fn chunk_base(&self, addr: u64) -> u64 {
+        addr - offset_in_chunk(addr, self.frame_size)
+    }
+
     /// Takes a free chunk; returns the address of its first byte.
     #[inline]
     pub fn alloc(&mut self) -> Option<u64> {
@@ -158,7 +177,7 @@ impl FrameArena {
     #[inline]
     pub fn free(&mut self, addr: u64) {
         debug_assert!(self.free.len() < self.frames as usize, "double free");
-        self.free.push(addr - addr % u64::from(self.frame_size));
+        self.free.push(self.chunk_base(addr));
     }
 
     /// The packet's bytes.
@@ -176,7 +195,7 @@ impl FrameArena {
     /// The whole chunk that holds `addr`, writable (to build a packet in).
     #[inline]
     pub fn chunk_mut(&mut self, addr: u64) -> &mut [u8] {
-        let base = (addr - addr % u64::from(self.frame_size)) as usize;
+        let base = self.chunk_base(addr) as usize;
         &mut self.mem.bytes_mut()[base..base + self.frame_size as usize]
     }
 

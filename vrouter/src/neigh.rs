@@ -38,7 +38,9 @@ pub struct FastHasher(u64);
 impl Hasher for FastHasher {
     #[inline]
     fn finish(&self) -> u64 {
-        self.0
+        // Fold the high bits (where the multiply mixes best) into the low
+        // ones, which pick the bucket.
+        self.0 ^ (self.0 >> 29)
     }
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
@@ -96,10 +98,27 @@ pub enum MissAction {
     Wait,
 }
 
+/// The map key: the port in the high bits, so the low bits (which pick the
+/// bucket) are the address's host part. IPv4 keys are one `u64`, hashed
+/// with one multiply on the per-packet path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    V4(u64),
+    V6(u16, u128),
+}
+
+#[inline]
+fn key(port: PortId, addr: IpAddr) -> Key {
+    match addr {
+        IpAddr::V4(a) => Key::V4(u64::from(port) << 32 | u64::from(u32::from(a))),
+        IpAddr::V6(a) => Key::V6(port, u128::from(a)),
+    }
+}
+
 /// IP -> MAC per port, owned by one worker.
 #[derive(Default)]
 pub struct NeighTable {
-    entries: FastMap<(PortId, IpAddr), State>,
+    entries: FastMap<Key, State>,
     incomplete: usize,
     resolve: Vec<ResolveRequest>,
     resolve_overflow: u64,
@@ -117,7 +136,7 @@ impl NeighTable {
     /// The MAC of `addr` on `port`, if resolved.
     #[inline]
     pub fn lookup(&self, port: PortId, addr: IpAddr) -> Option<[u8; 6]> {
-        match self.entries.get(&(port, addr)) {
+        match self.entries.get(&key(port, addr)) {
             Some(State::Reachable(mac)) => Some(*mac),
             _ => None,
         }
@@ -126,7 +145,7 @@ impl NeighTable {
     /// Sets (static entry from the control side, or a learned ARP reply).
     pub fn insert(&mut self, port: PortId, addr: IpAddr, mac: [u8; 6]) {
         if let Some(State::Incomplete { .. }) =
-            self.entries.insert((port, addr), State::Reachable(mac))
+            self.entries.insert(key(port, addr), State::Reachable(mac))
         {
             self.incomplete -= 1;
         }
@@ -136,7 +155,7 @@ impl NeighTable {
     /// (RFC 826's merge rule for requests we see but did not ask for).
     /// Returns whether it did.
     pub fn refresh(&mut self, port: PortId, addr: IpAddr, mac: [u8; 6]) -> bool {
-        if self.entries.contains_key(&(port, addr)) {
+        if self.entries.contains_key(&key(port, addr)) {
             self.insert(port, addr, mac);
             true
         } else {
@@ -146,7 +165,7 @@ impl NeighTable {
 
     /// Removes the entry for `addr` on `port`.
     pub fn remove(&mut self, port: PortId, addr: IpAddr) {
-        if let Some(State::Incomplete { .. }) = self.entries.remove(&(port, addr)) {
+        if let Some(State::Incomplete { .. }) = self.entries.remove(&key(port, addr)) {
             self.incomplete -= 1;
         }
     }
@@ -154,8 +173,8 @@ impl NeighTable {
     /// Records a miss for `addr` on `port` at `now`; says whether to send an
     /// ARP request now.
     pub fn miss(&mut self, port: PortId, addr: IpAddr, now: Instant) -> MissAction {
-        let key = (port, addr);
-        match self.entries.get_mut(&key) {
+        let k = key(port, addr);
+        match self.entries.get_mut(&k) {
             Some(State::Incomplete { last_request }) => {
                 if now.saturating_duration_since(*last_request) < RESOLVE_INTERVAL {
                     return MissAction::Wait;
@@ -168,7 +187,7 @@ impl NeighTable {
                     return MissAction::Wait;
                 }
                 self.entries
-                    .insert(key, State::Incomplete { last_request: now });
+                    .insert(k, State::Incomplete { last_request: now });
                 self.incomplete += 1;
             }
         }

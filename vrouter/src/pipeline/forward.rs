@@ -13,7 +13,7 @@ use crate::wire::encap::{self, IpipEncap, OuterHeader, VxlanEncap};
 use crate::wire::ethernet::{self, EtherType, EthernetRepr, MacAddr};
 use crate::wire::icmpv4::Icmpv4Error;
 use crate::wire::ip::IpProtocol;
-use crate::wire::{ipv4, udp};
+use crate::wire::{ipv4, udp, vxlan};
 
 /// The facts of an IPv4 header the pipeline uses, read once.
 #[derive(Clone, Copy, Debug)]
@@ -100,7 +100,7 @@ impl Pipeline {
         };
         match kind {
             PortKind::Uplink if m.dst == self.cfg.node_v4 => {
-                m = match self.decap(buf, &m, start, end) {
+                m = match self.decap(buf, &m) {
                     Ok(inner) => inner,
                     Err(r) => return Verdict::Drop(r),
                 };
@@ -121,7 +121,7 @@ impl Pipeline {
 
     /// Strips IPIP or VXLAN addressed to this node; returns the inner
     /// IPv4 header.
-    fn decap(&mut self, buf: &[u8], m: &V4, start: usize, end: usize) -> Result<V4, DropReason> {
+    fn decap(&mut self, buf: &[u8], m: &V4) -> Result<V4, DropReason> {
         if m.fragment {
             // Reassembly is not done: the underlay MTU is sized so tunnels
             // never fragment (that is what fragmentation-needed is for).
@@ -135,20 +135,31 @@ impl Pipeline {
                 Ok(inner)
             }
             IpProtocol::Udp => {
-                let l4 = buf
-                    .get(m.l3 + m.ihl..ip_end)
+                // The outer Ethernet and IPv4 headers are already checked:
+                // read UDP and VXLAN here rather than re-parsing the whole
+                // frame with `encap::vxlan_inner`.
+                let l4 = m.l3 + m.ihl;
+                let udp = buf
+                    .get(l4..ip_end)
+                    .and_then(|b| udp::Packet::new_checked(b).ok())
                     .ok_or(DropReason::ParseError)?;
-                let udp = udp::Packet::new_checked(l4).map_err(|_| DropReason::ParseError)?;
                 if udp.dst_port() != self.cfg.vxlan_port {
                     return Err(DropReason::NotForUs);
                 }
-                let d = encap::vxlan_inner(&buf[start..end], self.cfg.vxlan_port)
+                let udp_end = l4 + usize::from(udp.len());
+                let vx_start = l4 + udp::HEADER_LEN;
+                let vx = buf
+                    .get(vx_start..udp_end)
+                    .and_then(|b| vxlan::Packet::new_checked(b).ok())
                     .ok_or(DropReason::ParseError)?;
-                if d.vni != self.cfg.vxlan_vni {
+                if !vx.has_vni() {
+                    return Err(DropReason::ParseError);
+                }
+                if vx.vni() != self.cfg.vxlan_vni {
                     return Err(DropReason::NotForUs);
                 }
-                let inner_start = start + d.inner_offset;
-                let inner_end = inner_start + d.inner_len;
+                let inner_start = vx_start + vxlan::HEADER_LEN;
+                let inner_end = udp_end;
                 let eth = ethernet::Frame::new_checked(&buf[inner_start..inner_end])
                     .map_err(|_| DropReason::ParseError)?;
                 if eth.ethertype() != EtherType::Ipv4 {

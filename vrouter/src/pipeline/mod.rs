@@ -313,7 +313,6 @@ impl Pipeline {
         tx: &mut TxBatches,
         now: Instant,
     ) {
-        let frame_size = u64::from(arena.frame_size());
         // One FIB version for the whole batch: the atomic load is paid once.
         let cx = Cx {
             fib: self.fib.snapshot(),
@@ -322,7 +321,7 @@ impl Pipeline {
         for &desc in rx {
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += u64::from(desc.len);
-            let base = desc.addr - desc.addr % frame_size;
+            let base = arena.chunk_base(desc.addr);
             let verdict = self.handle(arena, ingress, desc, &cx);
             match verdict {
                 Verdict::Tx { port, start, len } => {

@@ -189,7 +189,10 @@ impl Port for ReplayPort {
         while n < descs.len() {
             let Some(chunk) = arena.alloc() else { break };
             let t = &self.templates[self.next];
-            self.next = (self.next + 1) % self.templates.len();
+            self.next += 1;
+            if self.next == self.templates.len() {
+                self.next = 0;
+            }
             let d = FrameDesc {
                 addr: chunk + u64::from(RX_HEADROOM),
                 len: t.len() as u32,
