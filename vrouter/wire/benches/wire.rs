@@ -62,6 +62,27 @@ fn benches(c: &mut Criterion) {
         })
     });
 
+    c.bench_function("reference: etherparse SlicedPacket::from_ethernet", |b| {
+        b.iter(|| {
+            let p = etherparse::SlicedPacket::from_ethernet(black_box(&f[..])).unwrap();
+            black_box(p.net.is_some())
+        })
+    });
+
+    let mut e = f.clone();
+    c.bench_function(
+        "reference: etherparse TTL decrement (parse, modify, write back)",
+        |b| {
+            b.iter(|| {
+                let (mut h, _) = etherparse::Ipv4Header::from_slice(black_box(&e[14..])).unwrap();
+                h.time_to_live = h.time_to_live.wrapping_sub(1).max(1);
+                h.header_checksum = h.calc_header_checksum();
+                let len = h.header_len();
+                e[14..14 + len].copy_from_slice(&h.to_bytes());
+            })
+        },
+    );
+
     let mut g = f.clone();
     c.bench_function(
         "forward in place: MAC rewrite + TTL decrement (RFC 1624)",
