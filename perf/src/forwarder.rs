@@ -10,13 +10,12 @@ use std::thread::JoinHandle;
 
 use brindle_wire::{EtherType, EthernetFrame, Ipv4Packet};
 use brindle_xsk::{
-    Desc, Role, Steering, SteeringConfig, Umem, UmemConfig, XdpMode, XdpStats, XskConfig,
-    XskSocket, ifindex,
+    Desc, Role, Steering, SteeringConfig, Umem, UmemConfig, XdpMode, XdpStats, XskConfig, ifindex,
 };
 use serde::Serialize;
 
 use crate::topo::{self, RouterPorts};
-use crate::traffic::{ThreadCpu, TrafficError, now_ns, pin};
+use crate::traffic::{ThreadCpu, TrafficError, bind_with_retry, now_ns, pin};
 
 /// The forwarding between the router's ports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -235,8 +234,8 @@ fn null_forward(
         ..XskConfig::default()
     };
     let (i_in, i_out) = (ifindex(&router.ingress)?, ifindex(&router.egress)?);
-    let mut rx = XskSocket::bind(&umem, i_in, 0, &config)?;
-    let mut tx = XskSocket::bind(&umem, i_out, 0, &config)?;
+    let mut rx = bind_with_retry(&umem, i_in, &config)?;
+    let mut tx = bind_with_retry(&umem, i_out, &config)?;
     let steering = Steering::new(SteeringConfig::default())?;
     let attachment = steering.attach(i_in, Role::All, XdpMode::Auto)?;
     attachment.set_socket(&rx)?;

@@ -72,6 +72,10 @@ struct RunArgs {
     /// Workload endpoints of the Calico-style rule set.
     #[arg(long, default_value_t = 50)]
     calico_endpoints: usize,
+    /// Leave the first hop's receive work in the softirq of the sending CPU
+    /// (the generator's) instead of a NAPI thread on the forwarder's CPU.
+    #[arg(long)]
+    no_threaded_napi: bool,
     /// Directory for report.json and the plots.
     #[arg(long, default_value = "perf-out")]
     out: PathBuf,
@@ -118,6 +122,7 @@ fn run(args: RunArgs) -> Result<()> {
         fwd_cpu: args.fwd_cpu,
         brindle_binary: args.brindle_binary.clone(),
         calico_endpoints: args.calico_endpoints,
+        threaded_napi: !args.no_threaded_napi,
     };
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let mut report = Report {

@@ -87,6 +87,31 @@ pub fn cpu_times() -> Vec<CpuTimes> {
     parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap_or_default())
 }
 
+/// CPU seconds (user + system) a task used so far, from /proc/<pid>/stat;
+/// `None` if it is gone.
+pub fn task_cpu_s(pid: i32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_task_cpu_ticks(&text).map(|t| t as f64 / clock_ticks())
+}
+
+/// utime + stime in clock ticks from a /proc/<pid>/stat line (fields 14
+/// and 15; the command name in parentheses may contain spaces).
+pub fn parse_task_cpu_ticks(stat: &str) -> Option<u64> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After ")": state is field 3, so utime (14) is index 11.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn clock_ticks() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .map_or(100.0, |t| t as f64)
+}
+
 /// Where one CPU's time went during a trial, as fractions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct CpuShare {
@@ -183,6 +208,16 @@ pub struct Trial {
     pub forwarder: Option<NullForwarderStats>,
     /// Every CPU's time during the trial.
     pub cpus: Vec<CpuShare>,
+    /// CPU seconds of the first hop's NAPI thread (the kernel's receive
+    /// and forwarding work, and the AF_XDP copy into the UMEM).
+    pub napi_cpu_s: f64,
+    /// CPU seconds of all forwarding work: NAPI thread + forwarder thread.
+    pub forwarding_cpu_s: f64,
+    /// Forwarding CPU per received frame, ns: the figure that does not
+    /// depend on how much CPU the other tenants of the machine left us.
+    pub forwarding_ns_per_frame: Option<f64>,
+    /// Generator CPU per sent frame, ns.
+    pub generator_ns_per_frame: Option<f64>,
 }
 
 /// Whether a scenario ran.
@@ -285,6 +320,16 @@ pub fn ratios(scenarios: &[ScenarioResult]) -> Vec<Ratio> {
                     frame_size: ta.frame_size.clone(),
                     value: ta.rx_pps / tb.rx_pps,
                 });
+                if let (Some(ca), Some(cb)) =
+                    (ta.forwarding_ns_per_frame, tb.forwarding_ns_per_frame)
+                    && ca > 0.0
+                {
+                    out.push(Ratio {
+                        name: format!("{a} / {b} per forwarding core-second"),
+                        frame_size: ta.frame_size.clone(),
+                        value: cb / ca,
+                    });
+                }
             }
         }
     }
@@ -300,9 +345,12 @@ pub fn table(report: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| scenario | frame | offered Mpps | received Mpps | Gbit/s | loss % | reordered | p50 µs | p99 µs | max µs | zero-loss Mpps | forwarder CPU usr/sys |"
+        "| scenario | frame | offered Mpps | received Mpps | Gbit/s | loss % | reordered | sink drops | p50 µs | p99 µs | max µs | zero-loss Mpps | fwd ns/frame | forwarder usr/sys |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for sc in &report.scenarios {
         if let Status::NotAvailable(why) | Status::Failed(why) = &sc.status
             && sc.trials.is_empty()
@@ -314,7 +362,7 @@ pub fn table(report: &Report) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {} | – | {what}: {why} | | | | | | | | | |",
+                "| {} | – | {what}: {why} | | | | | | | | | | | |",
                 sc.scenario
             );
             continue;
@@ -340,9 +388,12 @@ pub fn table(report: &Report) -> String {
                     100.0 * f.cpu.system_s / total
                 )
             });
+            let cost = t
+                .forwarding_ns_per_frame
+                .map_or("–".into(), |c| format!("{c:.0}"));
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.3} | {:.3} | {:.2} | {:.2} | {} | {p50} | {p99} | {max} | {zl} | {fwd} |",
+                "| {} | {} | {:.3} | {:.3} | {:.2} | {:.2} | {} | {} | {p50} | {p99} | {max} | {zl} | {cost} | {fwd} |",
                 sc.scenario,
                 t.frame_size,
                 t.offered_pps / 1e6,
@@ -350,6 +401,7 @@ pub fn table(report: &Report) -> String {
                 t.rx_wire_gbps,
                 100.0 * t.loss_ratio,
                 t.reordered,
+                t.sink_drops,
             );
         }
     }
@@ -387,6 +439,10 @@ mod tests {
             generator_cpu: ThreadCpu::default(),
             forwarder: None,
             cpus: vec![],
+            napi_cpu_s: 0.0,
+            forwarding_cpu_s: 0.0,
+            forwarding_ns_per_frame: None,
+            generator_ns_per_frame: None,
         }
     }
 
@@ -450,6 +506,14 @@ mod tests {
             table.contains("| brindle | – | not available: no run mode"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn task_stat_gives_user_plus_system_ticks_even_with_spaces_in_the_name() {
+        let line = "8455 (napi/y0 333) S 2 0 0 0 -1 2129984 0 0 0 0 17 42 0 0 20 0 1 0 1000 0 0";
+        assert_eq!(parse_task_cpu_ticks(line), Some(59));
+        assert_eq!(parse_task_cpu_ticks("garbage"), None);
+        assert_eq!(parse_task_cpu_ticks("1 (x) S 1 2"), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::calico;
 use crate::forwarder::{Availability, Forwarder};
 use crate::frame::{FlowSpec, FrameSize, WIRE_OVERHEAD};
-use crate::report::{ScenarioResult, Status, Trial, TrialKind, cpu_shares, cpu_times};
+use crate::report::{ScenarioResult, Status, Trial, TrialKind, cpu_shares, cpu_times, task_cpu_s};
 use crate::search::ZeroLossSearch;
 use crate::topo::{self, Shape, TopoError, Topology};
 use crate::traffic::{GeneratorConfig, Rate, Sink, SinkConfig, TrafficError, spawn_generator};
@@ -117,6 +117,10 @@ pub struct RunOptions {
     pub brindle_binary: PathBuf,
     /// Calico endpoints.
     pub calico_endpoints: usize,
+    /// Put the receive work of the first hop in a NAPI thread on `fwd_cpu`,
+    /// so every forwarder (kernel or AF_XDP) gets the same one core and the
+    /// generator's core only generates.
+    pub threaded_napi: bool,
 }
 
 impl Default for RunOptions {
@@ -135,6 +139,7 @@ impl Default for RunOptions {
             fwd_cpu: 1,
             brindle_binary: PathBuf::from("brindle-vrouter"),
             calico_endpoints: 50,
+            threaded_napi: true,
         }
     }
 }
@@ -171,7 +176,7 @@ pub fn flow_spec(t: &Topology) -> FlowSpec {
 /// starts, the generator sends for `duration`, 200 ms drain, counts.
 pub fn run_trial(
     topology: &Topology,
-    forwarder: &Forwarder,
+    prepared: &Prepared,
     options: &RunOptions,
     size: FrameSize,
     rate: Rate,
@@ -190,9 +195,11 @@ pub fn run_trial(
         frames: 2048,
     })?;
     let running = match &topology.router {
-        Some(ports) => forwarder.start(ports)?,
+        Some(ports) => prepared.forwarder.start(ports)?,
         None => Default::default(),
     };
+    let napi_cpu = |pids: &[i32]| pids.iter().filter_map(|&p| task_cpu_s(p)).sum::<f64>();
+    let napi_before = napi_cpu(&prepared.napi_threads);
     let cpu_before = cpu_times();
     let stop = Arc::new(AtomicBool::new(false));
     let generator = spawn_generator(
@@ -213,6 +220,7 @@ pub fn run_trial(
     .map_err(|_| TrafficError::Thread("generator"))??;
     std::thread::sleep(Duration::from_millis(200));
     let cpus = cpu_shares(&cpu_before, &cpu_times());
+    let napi_cpu_s = napi_cpu(&prepared.napi_threads) - napi_before;
     let forwarder_stats = running.finish()?;
     let seen = sink.finish()?;
     if topo::STOP.load(Ordering::Relaxed) {
@@ -222,7 +230,20 @@ pub fn run_trial(
     let received = seen.counter.received;
     let lost = seen.counter.lost(generator.sent);
     let wire_bits = (seen.counter.bytes + received * u64::from(4 + WIRE_OVERHEAD)) as f64 * 8.0;
+    let forwarding_cpu_s = napi_cpu_s
+        + forwarder_stats
+            .as_ref()
+            .map_or(0.0, |f| f.cpu.user_s + f.cpu.system_s);
+    let per_frame =
+        |cpu: f64, frames: u64| (frames > 0 && cpu > 0.0).then(|| cpu * 1e9 / frames as f64);
     Ok(Trial {
+        forwarding_ns_per_frame: per_frame(forwarding_cpu_s, received),
+        generator_ns_per_frame: per_frame(
+            generator.cpu.user_s + generator.cpu.system_s,
+            generator.sent,
+        ),
+        napi_cpu_s,
+        forwarding_cpu_s,
         kind,
         frame_size: size.label(),
         mean_wire_size: size.mean_wire_size(),
@@ -254,12 +275,34 @@ pub fn run_trial(
 
 /// Sets a scenario up in its topology; returns notes for the report and
 /// the forwarder to use.
+/// A scenario set up in its topology.
+pub struct Prepared {
+    /// What forwards.
+    pub forwarder: Forwarder,
+    /// Facts for the report.
+    pub notes: Vec<String>,
+    /// The first hop's NAPI threads, whose CPU time is forwarding work.
+    pub napi_threads: Vec<i32>,
+}
+
 fn prepare(
     scenario: Scenario,
     topology: &Topology,
     options: &RunOptions,
-) -> Result<(Forwarder, Vec<String>), RunError> {
+) -> Result<Prepared, RunError> {
     let mut notes = Vec::new();
+    let mut napi_threads = Vec::new();
+    if options.threaded_napi {
+        let (ns, dev) = &topology.first_rx;
+        if let Some(n) = topology.netns(ns) {
+            let pids = topo::thread_napi(n, dev, options.fwd_cpu)?;
+            napi_threads.clone_from(&pids);
+            notes.push(format!(
+                "receive work of {dev} in NAPI thread(s) {pids:?} pinned to CPU {}",
+                options.fwd_cpu
+            ));
+        }
+    }
     let forwarder = match scenario {
         Scenario::NullAfxdp => Forwarder::NullXsk {
             cpu: options.fwd_cpu,
@@ -296,7 +339,11 @@ fn prepare(
             set.rules, set.sets, set.walked
         ));
     }
-    Ok((forwarder, notes))
+    Ok(Prepared {
+        forwarder,
+        notes,
+        napi_threads,
+    })
 }
 
 /// Runs one scenario; `progress` gets a line per trial.
@@ -338,13 +385,13 @@ fn scenario_trials(
     result: &mut ScenarioResult,
 ) -> Result<(), RunError> {
     let topology = Topology::build(scenario.shape())?;
-    let (forwarder, notes) = prepare(scenario, &topology, options)?;
-    result.notes = notes;
+    let prepared = prepare(scenario, &topology, options)?;
+    result.notes.clone_from(&prepared.notes);
     for &size in &options.sizes {
         progress(&format!("{} {size}: throughput ...", scenario.name()));
         let t = run_trial(
             &topology,
-            &forwarder,
+            &prepared,
             options,
             size,
             options.rate,
@@ -365,7 +412,7 @@ fn scenario_trials(
             let rate = Rate::Pps(max_rx * fraction);
             let t = run_trial(
                 &topology,
-                &forwarder,
+                &prepared,
                 options,
                 size,
                 rate,
@@ -390,7 +437,7 @@ fn scenario_trials(
             while let Some(rate) = search.next_rate() {
                 let t = run_trial(
                     &topology,
-                    &forwarder,
+                    &prepared,
                     options,
                     size,
                     Rate::Pps(rate),

@@ -284,6 +284,9 @@ pub struct Topology {
     pub next_hop_mac: MacAddr,
     /// The router, in the routed shape.
     pub router: Option<RouterPorts>,
+    /// The first interface that receives the generator's frames, as
+    /// (namespace, interface): where the measured receive work starts.
+    pub first_rx: (String, String),
     /// Namespaces in creation order; the router (or node A) is `nodes[0]`.
     pub nodes: Vec<Netns>,
     /// The generator's and the sink's namespaces.
@@ -355,6 +358,7 @@ impl Topology {
         let gen_if = "gen0";
         let sink_if = "sink0";
         let mut nodes = Vec::new();
+        let mut first_rx = (sink_ns.name.clone(), sink_if.to_owned());
         let (next_hop_mac, router) = match shape {
             Shape::Direct => {
                 veth(&gen_ns, gen_if, gen_mac, &sink_ns, sink_if, sink_mac)?;
@@ -402,6 +406,7 @@ impl Topology {
                     egress_mac: r_out,
                     sink_mac,
                 };
+                first_rx = (r.name.clone(), ROUTER_IN.to_owned());
                 nodes.push(r);
                 (r_in, Some(ports))
             }
@@ -536,6 +541,7 @@ impl Topology {
                     "nud",
                     "permanent",
                 ])?;
+                first_rx = (a.name.clone(), "pod0".to_owned());
                 nodes.push(a);
                 nodes.push(b);
                 (a_in, None)
@@ -557,6 +563,7 @@ impl Topology {
             },
             next_hop_mac,
             router,
+            first_rx,
             nodes,
             ends: vec![gen_ns, sink_ns],
         })
@@ -571,6 +578,59 @@ impl Topology {
     pub fn sink_ns(&self) -> &Netns {
         &self.ends[1]
     }
+
+    /// The namespace guard of `name`.
+    pub fn netns(&self, name: &str) -> Option<&Netns> {
+        self.nodes.iter().chain(&self.ends).find(|n| n.name == name)
+    }
+}
+
+/// Pids of the kernel's threaded-NAPI threads (comm `napi/...`).
+fn napi_threads() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.starts_with("napi/"))
+        })
+        .collect()
+}
+
+/// Moves the receive processing of `dev` (in `ns`) into a NAPI kernel
+/// thread pinned to `cpu`: GRO on (which gives a veth its own NAPI), then
+/// `threaded`. Without this, a veth's receive work (and so the kernel's
+/// forwarding) runs in the softirq of the CPU that transmitted into it,
+/// i.e. on the generator's core. Returns the threads pinned.
+pub fn thread_napi(ns: &Netns, dev: &str, cpu: usize) -> Result<Vec<i32>, TopoError> {
+    let before = napi_threads();
+    ns.exec(&["ethtool", "-K", dev, "gro", "on"])?;
+    ns.exec(&[
+        "sh",
+        "-c",
+        &format!("echo 1 > /sys/class/net/{dev}/threaded"),
+    ])?;
+    let new: Vec<i32> = napi_threads()
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    let mut set = nix::sched::CpuSet::new();
+    let failed = |e: nix::Error| TopoError::Failed {
+        cmd: format!("pin NAPI thread of {dev} to CPU {cpu}"),
+        stderr: e.to_string(),
+    };
+    set.set(cpu).map_err(failed)?;
+    for &pid in &new {
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid), &set).map_err(failed)?;
+    }
+    if new.is_empty() {
+        return Err(TopoError::Failed {
+            cmd: format!("threaded NAPI on {dev}"),
+            stderr: "no napi/ kernel thread appeared".into(),
+        });
+    }
+    Ok(new)
 }
 
 /// Whether the names of every namespace this process made are gone.

@@ -144,6 +144,27 @@ pub struct GeneratorResult {
     pub cpu: ThreadCpu,
 }
 
+/// Binds an AF_XDP socket, retrying while the kernel still holds the
+/// queue for a socket closed a moment ago (EBUSY: the buffer pool of a
+/// closed socket is released asynchronously, so back-to-back trials on the
+/// same interface race with it).
+pub fn bind_with_retry(
+    umem: &Umem,
+    ifindex: u32,
+    config: &XskConfig,
+) -> Result<XskSocket, TrafficError> {
+    let mut tries = 0;
+    loop {
+        match XskSocket::bind(umem, ifindex, 0, config) {
+            Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
 fn xsk_config() -> XskConfig {
     XskConfig {
         // Copy-mode TX sends at most this many frames per sendto(); above
@@ -177,7 +198,7 @@ pub fn generate(
         frame_count: config.frames,
         ..UmemConfig::default()
     })?;
-    let mut sock = XskSocket::bind(&umem, ifindex(&config.endpoint.ifname)?, 0, &xsk_config())?;
+    let mut sock = bind_with_retry(&umem, ifindex(&config.endpoint.ifname)?, &xsk_config())?;
     let chunks = umem.frame_count() as usize;
     let chunk_size = u64::from(umem.frame_size());
     let pattern = config.size.pattern();
@@ -359,7 +380,7 @@ fn sink(
         ..UmemConfig::default()
     })?;
     let index = ifindex(&config.endpoint.ifname)?;
-    let mut sock = XskSocket::bind(&umem, index, 0, &XskConfig::default())?;
+    let mut sock = bind_with_retry(&umem, index, &XskConfig::default())?;
     let steering = Steering::new(SteeringConfig::default())?;
     let attachment = steering.attach(index, Role::All, XdpMode::Auto)?;
     attachment.set_socket(&sock)?;
