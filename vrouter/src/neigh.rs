@@ -14,6 +14,7 @@
 //! multiplicative hash instead of SipHash: the keys are addresses the control
 //! plane programmed (remote nodes, gateways), not attacker-chosen.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
@@ -119,6 +120,10 @@ fn key(port: PortId, addr: IpAddr) -> Key {
 #[derive(Default)]
 pub struct NeighTable {
     entries: FastMap<Key, State>,
+    /// The last successful lookup: a burst usually goes to one or two
+    /// next hops, so most lookups skip the hash map. Cleared on every
+    /// change.
+    last: Cell<Option<(Key, [u8; 6])>>,
     incomplete: usize,
     resolve: Vec<ResolveRequest>,
     resolve_overflow: u64,
@@ -136,14 +141,24 @@ impl NeighTable {
     /// The MAC of `addr` on `port`, if resolved.
     #[inline]
     pub fn lookup(&self, port: PortId, addr: IpAddr) -> Option<[u8; 6]> {
-        match self.entries.get(&key(port, addr)) {
-            Some(State::Reachable(mac)) => Some(*mac),
+        let k = key(port, addr);
+        if let Some((last, mac)) = self.last.get()
+            && last == k
+        {
+            return Some(mac);
+        }
+        match self.entries.get(&k) {
+            Some(State::Reachable(mac)) => {
+                self.last.set(Some((k, *mac)));
+                Some(*mac)
+            }
             _ => None,
         }
     }
 
     /// Sets (static entry from the control side, or a learned ARP reply).
     pub fn insert(&mut self, port: PortId, addr: IpAddr, mac: [u8; 6]) {
+        self.last.set(None);
         if let Some(State::Incomplete { .. }) =
             self.entries.insert(key(port, addr), State::Reachable(mac))
         {
@@ -165,6 +180,7 @@ impl NeighTable {
 
     /// Removes the entry for `addr` on `port`.
     pub fn remove(&mut self, port: PortId, addr: IpAddr) {
+        self.last.set(None);
         if let Some(State::Incomplete { .. }) = self.entries.remove(&key(port, addr)) {
             self.incomplete -= 1;
         }
@@ -240,6 +256,20 @@ mod tests {
         assert_eq!(t.lookup(0, a), None, "entries are per port");
         assert_eq!(t.miss(1, a, t0), MissAction::Wait);
         assert_eq!(t.reachable(), 1);
+    }
+
+    #[test]
+    fn the_lookup_cache_follows_changes() {
+        let mut t = NeighTable::new();
+        let a: IpAddr = "192.168.0.2".parse().unwrap();
+        t.insert(1, a, MAC);
+        assert_eq!(t.lookup(1, a), Some(MAC));
+        assert_eq!(t.lookup(1, a), Some(MAC), "from the cache");
+        t.insert(1, a, [9; 6]);
+        assert_eq!(t.lookup(1, a), Some([9; 6]));
+        t.remove(1, a);
+        assert_eq!(t.lookup(1, a), None);
+        assert_eq!(t.lookup(2, a), None);
     }
 
     #[test]
