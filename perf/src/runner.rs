@@ -293,6 +293,12 @@ fn prepare(
     let mut notes = Vec::new();
     let mut napi_threads = Vec::new();
     if options.threaded_napi {
+        // veth hands a frame to the peer's NAPI only if the sender has no
+        // TSO (or the peer runs XDP): turn it off on the generator's end,
+        // which sends by AF_XDP and has no use for it.
+        if let Some(g) = topology.netns(&topology.generator.ns) {
+            g.exec(&["ethtool", "-K", &topology.generator.ifname, "tso", "off"])?;
+        }
         let (ns, dev) = &topology.first_rx;
         if let Some(n) = topology.netns(ns) {
             let pids = topo::thread_napi(n, dev, options.fwd_cpu)?;
