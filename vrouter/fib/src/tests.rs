@@ -394,3 +394,16 @@ fn old_snapshots_are_freed_by_the_writer_once_readers_drop_them() {
     fib.reclaim();
     assert!(fib.retired.is_empty());
 }
+
+#[test]
+fn writer_moves_to_the_control_thread_and_readers_are_shared_by_workers() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<Fib>();
+    send_sync::<FibReader>();
+    let (mut fib, reader) = Fib::new();
+    let worker = std::thread::spawn(move || reader.lookup_v4(v4("10.0.0.1")));
+    fib.insert(net("10.0.0.0/8"), NextHop::Host);
+    let answer = worker.join().unwrap();
+    assert!(answer.is_none() || answer == Some(NextHop::Host));
+}
