@@ -12,17 +12,19 @@
 //! built here do not check the wire views against themselves.
 
 use std::fmt::Write as _;
-use std::io::{self, Write};
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
 use std::net::Ipv4Addr;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use etherparse::{Ethernet2Header, IpNumber, Ipv4Header, PacketBuilder, UdpHeader};
 
 use crate::endpoint::{Endpoint, GATEWAY_MAC, GATEWAY_V4};
 use crate::fib::{Encap, Fib, NextHop};
-use crate::frame::{FrameArena, PortId};
+use crate::frame::{FrameArena, Port, PortId};
 use crate::pipeline::PipelineConfig;
-use crate::port::{MemoryPort, MemoryPortHandle};
+use crate::port::{MemoryPort, MemoryPortHandle, PcapPort};
 use crate::wire::{self, EtherType, ethernet, ipv4};
 use crate::worker::Worker;
 
@@ -100,6 +102,31 @@ impl Node {
     /// The node with `cfg` (whose node address should stay
     /// [`addr::NODE`]).
     pub fn with_config(cfg: PipelineConfig) -> Self {
+        Self::build(cfg, |port| Box::new(port))
+    }
+
+    /// The node with every port recorded to `<dir>/<port name>.pcap`.
+    pub fn with_pcap(cfg: PipelineConfig, dir: &Path) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut error = None;
+        let node = Self::build(cfg, |port| {
+            let path = dir.join(format!("{}.pcap", port.name()));
+            match File::create(&path) {
+                Ok(f) => Box::new(PcapPort::new(port, BufWriter::new(f))),
+                Err(e) => {
+                    error.get_or_insert(e);
+                    Box::new(port)
+                }
+            }
+        });
+        match error {
+            Some(e) => Err(e),
+            None => Ok(node),
+        }
+    }
+
+    /// The node, with each in-memory port wrapped by `wrap` (middleware).
+    pub fn build(cfg: PipelineConfig, mut wrap: impl FnMut(MemoryPort) -> Box<dyn Port>) -> Self {
         let (mut fib, reader) = Fib::new();
         let routes: [(&str, NextHop); 6] = [
             ("10.65.0.2/32", NextHop::Local { port: ports::POD_A }),
@@ -140,14 +167,11 @@ impl Node {
             ("pod-b", addr::POD_B, addr::POD_B_MAC),
         ] {
             let (port, h) = MemoryPort::new(name, GATEWAY_MAC, MTU);
-            worker.add_port(
-                Box::new(port),
-                Endpoint::pod(vec![ip.into()], Some(mac), MTU),
-            );
+            worker.add_port(wrap(port), Endpoint::pod(vec![ip.into()], Some(mac), MTU));
             handles.push(h);
         }
         let (port, h) = MemoryPort::new("uplink", addr::UPLINK_MAC, MTU);
-        worker.add_port(Box::new(port), Endpoint::uplink(addr::UPLINK_MAC, MTU));
+        worker.add_port(wrap(port), Endpoint::uplink(addr::UPLINK_MAC, MTU));
         handles.push(h);
         let neigh = worker.pipeline_mut().neigh_mut();
         neigh.insert(
@@ -671,9 +695,15 @@ fn steps() -> Vec<Step> {
     ]
 }
 
-/// Runs the demo, writing to `w`; returns whether every step behaved.
-pub fn run(w: &mut dyn Write) -> io::Result<bool> {
-    let mut node = Node::new();
+/// Runs the demo, writing to `w` (and, with `pcap_dir`, every port's
+/// traffic to `<pcap_dir>/<port>.pcap`); returns whether every step
+/// behaved.
+pub fn run(w: &mut dyn Write, pcap_dir: Option<&Path>) -> io::Result<bool> {
+    let cfg = PipelineConfig::new(addr::NODE, 24);
+    let mut node = match pcap_dir {
+        Some(dir) => Node::with_pcap(cfg, dir)?,
+        None => Node::with_config(cfg),
+    };
     let mut ok = true;
     writeln!(
         w,
@@ -725,15 +755,39 @@ pub fn run(w: &mut dyn Write) -> io::Result<bool> {
             "demo: FAILED"
         }
     )?;
+    if let Some(dir) = pcap_dir {
+        // Dropping the worker flushes and closes the captures.
+        drop(node);
+        writeln!(
+            w,
+            "captures (tcpdump -r): {}/{{pod-a,pod-b,uplink}}.pcap",
+            dir.display()
+        )?;
+    }
     Ok(ok)
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
+    fn the_demo_writes_readable_captures() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut out = Vec::new();
+        assert!(super::run(&mut out, Some(dir.path())).unwrap());
+        let uplink = std::fs::read(dir.path().join("uplink.pcap")).unwrap();
+        assert_eq!(&uplink[..4], &[0xd4, 0xc3, 0xb2, 0xa1]);
+        // Two frames in (IPIP, VXLAN) and two out (IPIP, VXLAN) at least.
+        assert!(
+            uplink.len() > 24 + 4 * 16 + 4 * 60,
+            "{} bytes",
+            uplink.len()
+        );
+    }
+
+    #[test]
     fn the_demo_passes_its_own_checks() {
         let mut out = Vec::new();
-        let ok = super::run(&mut out).unwrap();
+        let ok = super::run(&mut out, None).unwrap();
         assert!(ok, "{}", String::from_utf8_lossy(&out));
     }
 }
