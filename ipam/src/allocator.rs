@@ -18,8 +18,9 @@
 //! record. A failed compare means someone else changed what we read: re-read
 //! and try again.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use brindle_api::framing::RemoteErrorKind;
@@ -132,7 +133,36 @@ pub struct Ipam<S> {
     store: S,
     prefix: String,
     retry_deadline: Duration,
+    cache: Mutex<Cache>,
 }
+
+/// What a long-lived `Ipam` (the daemon's) remembers between operations to
+/// make the common allocation a single transaction. Nothing here is trusted:
+/// the hinted block is written with a compare on the revision it was cached
+/// at, and any failure falls back to the full, re-reading path.
+#[derive(Default)]
+struct Cache {
+    /// Pools, settings and reservations, with the time they were read.
+    snapshot: Option<(Instant, Arc<Snapshot>)>,
+    /// Per (node, IPv6?): the node's block that last had room, as written.
+    hints: HashMap<(String, bool), (Entry, Block)>,
+}
+
+/// Forgets the cached configuration when dropped: at the end of an operation
+/// that changed it, so that no allocation running meanwhile re-caches the
+/// old one for long.
+struct InvalidateOnDrop<'a>(&'a Mutex<Cache>);
+
+impl Drop for InvalidateOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).snapshot = None;
+    }
+}
+
+/// How long the fast path trusts the cached pools and settings. Changes made
+/// through this `Ipam` invalidate it at once; changes made elsewhere (another
+/// process) take effect within this time.
+pub const CONFIG_CACHE_TTL: Duration = Duration::from_secs(2);
 
 const MAX_CONFLICTS: u32 = 200;
 
@@ -189,7 +219,93 @@ impl<S: Datastore> Ipam<S> {
             store,
             prefix: prefix.trim_end_matches('/').to_owned(),
             retry_deadline: Duration::from_secs(30),
+            cache: Mutex::new(Cache::default()),
         }
+    }
+
+    fn cache(&self) -> MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn cached_snapshot(&self) -> Result<Arc<Snapshot>, IpamError> {
+        if let Some((at, snap)) = &self.cache().snapshot
+            && at.elapsed() < CONFIG_CACHE_TTL
+        {
+            return Ok(snap.clone());
+        }
+        let snap = Arc::new(self.snapshot()?);
+        self.cache().snapshot = Some((Instant::now(), snap.clone()));
+        Ok(snap)
+    }
+
+    fn remember_block(&self, node: &str, v6: bool, entry: Entry, block: Block) {
+        self.cache()
+            .hints
+            .insert((node.to_owned(), v6), (entry, block));
+    }
+
+    fn forget_block(&self, node: &str, v6: bool) {
+        self.cache().hints.remove(&(node.to_owned(), v6));
+    }
+
+    /// The common case in one transaction: a new handle, and room in the
+    /// block this node last allocated from. `None` sends the caller down the
+    /// full path.
+    fn try_fast_allocate(
+        &self,
+        args: &AllocateArgs,
+        v6: bool,
+    ) -> Result<Option<AssignedAddress>, IpamError> {
+        let Some((entry, mut block)) = self.cache().hints.get(&(args.node.clone(), v6)).cloned()
+        else {
+            return Ok(None);
+        };
+        let snap = self.cached_snapshot()?;
+        let Ok(eligible) = eligible_pools(&snap, args, v6) else {
+            return Ok(None);
+        };
+        let Some(pool) = eligible.iter().find(|p| p.name == block.pool) else {
+            return Ok(None);
+        };
+        let Some(ord) = block.first_free(pool, &snap.reserved) else {
+            self.forget_block(&args.node, v6);
+            return Ok(None);
+        };
+        block.allocations.insert(ord, args.handle.clone());
+        let ip = block.address(ord);
+        let rec = self.record_with(args, None, ip);
+        let hkey = self.k_handle(&args.handle);
+        let value = encode(&block);
+        let rev = self.store.txn_revision(
+            &[
+                Compare::Revision(entry.key.clone(), entry.revision),
+                Compare::Absent(hkey.clone()),
+            ],
+            &[
+                Write::Put(entry.key.clone(), value.clone()),
+                Write::Put(hkey, encode(&rec)),
+            ],
+        )?;
+        let Some(rev) = rev else {
+            self.forget_block(&args.node, v6);
+            return Ok(None);
+        };
+        let assigned = AssignedAddress {
+            address: host_net(ip),
+            pool: block.pool.clone(),
+            block: block.cidr,
+        };
+        self.remember_block(
+            &args.node,
+            v6,
+            Entry {
+                key: entry.key,
+                value,
+                revision: rev,
+            },
+            block,
+        );
+        Ok(Some(assigned))
     }
 
     /// How long an operation keeps retrying an unavailable datastore.
@@ -302,6 +418,7 @@ impl<S: Datastore> Ipam<S> {
     /// Creates or replaces a pool. A pool may not overlap another one, and a
     /// pool that has blocks keeps its CIDR and block size.
     pub fn put_pool(&self, pool: &Pool) -> Result<(), IpamError> {
+        let _fresh = InvalidateOnDrop(&self.cache);
         pool.validate()?;
         let _scope = self.scope()?;
         self.retry("put pool", || {
@@ -347,6 +464,7 @@ impl<S: Datastore> Ipam<S> {
 
     /// Sets the cluster-wide IPAM settings.
     pub fn set_config(&self, config: &IpamConfig) -> Result<(), IpamError> {
+        let _fresh = InvalidateOnDrop(&self.cache);
         let _scope = self.scope()?;
         let key = self.k_ipam_config();
         self.store.txn(&[], &[Write::Put(key, encode(config))])?;
@@ -355,6 +473,7 @@ impl<S: Datastore> Ipam<S> {
 
     /// Sets the cluster-wide IPAM settings unless some are already stored.
     pub fn set_config_if_absent(&self, config: &IpamConfig) -> Result<(), IpamError> {
+        let _fresh = InvalidateOnDrop(&self.cache);
         let _scope = self.scope()?;
         let key = self.k_ipam_config();
         self.store.txn(
@@ -366,6 +485,7 @@ impl<S: Datastore> Ipam<S> {
 
     /// Creates or replaces a reservation.
     pub fn put_reservation(&self, r: &Reservation) -> Result<(), IpamError> {
+        let _fresh = InvalidateOnDrop(&self.cache);
         if r.name.is_empty() || r.name.contains('/') {
             return Err(IpamError::InvalidRequest(format!(
                 "reservation name {:?}",
@@ -407,6 +527,9 @@ impl<S: Datastore> Ipam<S> {
         args: &AllocateArgs,
         v6: bool,
     ) -> Result<Attempt<AssignedAddress>, IpamError> {
+        if let Some(done) = self.try_fast_allocate(args, v6)? {
+            return Ok(Attempt::Done(done));
+        }
         let family = if v6 { "IPv6" } else { "IPv4" };
         let hkey = self.k_handle(&args.handle);
         let handle_entry = self.store.get(&hkey)?;
@@ -426,24 +549,7 @@ impl<S: Datastore> Ipam<S> {
             }));
         }
 
-        for name in &args.pools {
-            if snap.pool(name).is_none() {
-                return Err(IpamError::InvalidRequest(format!("no pool named {name:?}")));
-            }
-        }
-        let eligible: Vec<&Pool> = snap
-            .pools
-            .iter()
-            .filter(|p| p.cidr.addr().is_ipv6() == v6 && !p.disabled)
-            .filter(|p| args.pools.is_empty() || args.pools.contains(&p.name))
-            .filter(|p| p.selects(&args.node_labels))
-            .collect();
-        if eligible.is_empty() {
-            return Err(IpamError::Exhausted(format!(
-                "no enabled {family} pool selects node {}",
-                args.node
-            )));
-        }
+        let eligible = eligible_pools(&snap, args, v6)?;
         let is_eligible = |name: &str| eligible.iter().any(|p| p.name == name);
 
         // 1. A free address in a block affine to this node.
@@ -494,13 +600,14 @@ impl<S: Datastore> Ipam<S> {
                     let ip = block.address(ord);
                     let rec = self.record_with(args, record.as_ref(), ip);
                     let bkey = self.k_block(&cidr);
-                    let ok = self.store.txn(
+                    let value = encode(&block);
+                    let rev = self.store.txn_revision(
                         &[
                             Compare::Absent(bkey.clone()),
                             Compare::unchanged(&hkey, handle_entry.as_ref()),
                         ],
                         &[
-                            Write::Put(bkey, encode(&block)),
+                            Write::Put(bkey.clone(), value.clone()),
                             Write::Put(
                                 self.k_affinity(&args.node, &cidr),
                                 pool.name.clone().into_bytes(),
@@ -508,10 +615,16 @@ impl<S: Datastore> Ipam<S> {
                             Write::Put(hkey.clone(), encode(&rec)),
                         ],
                     )?;
-                    if !ok {
+                    let Some(rev) = rev else {
                         return Ok(Attempt::Conflict);
-                    }
+                    };
                     tracing::debug!(node = %args.node, block = %cidr, "claimed block");
+                    let entry = Entry {
+                        key: bkey,
+                        value,
+                        revision: rev,
+                    };
+                    self.remember_block(&args.node, v6, entry, block);
                     return Ok(Attempt::Done(AssignedAddress {
                         address: host_net(ip),
                         pool: pool.name.clone(),
@@ -588,24 +701,35 @@ impl<S: Datastore> Ipam<S> {
         block.allocations.insert(ord, args.handle.clone());
         let ip = block.address(ord);
         let rec = self.record_with(args, record, ip);
-        let ok = self.store.txn(
+        let value = encode(&block);
+        let rev = self.store.txn_revision(
             &[
                 Compare::Revision(block_entry.key.clone(), block_entry.revision),
                 Compare::unchanged(hkey, handle_entry),
             ],
             &[
-                Write::Put(block_entry.key.clone(), encode(&block)),
+                Write::Put(block_entry.key.clone(), value.clone()),
                 Write::Put(hkey.to_owned(), encode(&rec)),
             ],
         )?;
-        if !ok {
+        let Some(rev) = rev else {
             return Ok(Attempt::Conflict);
-        }
-        Ok(Attempt::Done(AssignedAddress {
+        };
+        let assigned = AssignedAddress {
             address: host_net(ip),
             pool: block.pool.clone(),
             block: block.cidr,
-        }))
+        };
+        if block.affinity.as_deref() == Some(args.node.as_str()) {
+            let v6 = ip.is_ipv6();
+            let entry = Entry {
+                key: block_entry.key.clone(),
+                value,
+                revision: rev,
+            };
+            self.remember_block(&args.node, v6, entry, block);
+        }
+        Ok(Attempt::Done(assigned))
     }
 
     /// A block of `pool` nobody holds and with a usable address, searched from
@@ -1002,6 +1126,34 @@ impl<S: Datastore> Ipam<S> {
         }
         Ok(problems)
     }
+}
+
+/// The pools `args` may allocate from in one family.
+fn eligible_pools<'a>(
+    snap: &'a Snapshot,
+    args: &AllocateArgs,
+    v6: bool,
+) -> Result<Vec<&'a Pool>, IpamError> {
+    for name in &args.pools {
+        if snap.pool(name).is_none() {
+            return Err(IpamError::InvalidRequest(format!("no pool named {name:?}")));
+        }
+    }
+    let eligible: Vec<&Pool> = snap
+        .pools
+        .iter()
+        .filter(|p| p.cidr.addr().is_ipv6() == v6 && !p.disabled)
+        .filter(|p| args.pools.is_empty() || args.pools.contains(&p.name))
+        .filter(|p| p.selects(&args.node_labels))
+        .collect();
+    if eligible.is_empty() {
+        return Err(IpamError::Exhausted(format!(
+            "no enabled {} pool selects node {}",
+            if v6 { "IPv6" } else { "IPv4" },
+            args.node
+        )));
+    }
+    Ok(eligible)
 }
 
 fn view_of_handle(r: HandleRecord) -> HandleView {

@@ -72,7 +72,7 @@ struct GroupState {
     next_id: u64,
     queue: Vec<Queued>,
     committing: bool,
-    results: std::collections::HashMap<u64, Result<bool, String>>,
+    results: std::collections::HashMap<u64, Result<Option<u64>, String>>,
 }
 
 struct Session {
@@ -228,7 +228,7 @@ impl EmbeddedStore {
 
     /// Queues one transaction and waits for its group's commit, leading the
     /// commit when none is in flight.
-    fn group_txn(&self, compares: &[Compare], writes: &[Write]) -> Result<bool, StoreError> {
+    fn group_txn(&self, compares: &[Compare], writes: &[Write]) -> Result<Option<u64>, StoreError> {
         let mut g = self.group_lock();
         let id = g.next_id;
         g.next_id += 1;
@@ -266,8 +266,9 @@ impl EmbeddedStore {
 }
 
 /// Applies `batch` in order in one write transaction and commits once.
-/// Returns, per transaction, whether its compares held.
-fn commit_batch(db: &Database, batch: &[Queued]) -> Result<Vec<bool>, StoreError> {
+/// Returns, per transaction, the revision it wrote, or `None` when its
+/// compares failed.
+fn commit_batch(db: &Database, batch: &[Queued]) -> Result<Vec<Option<u64>>, StoreError> {
     let wtx = db.begin_write().map_err(backend)?;
     let mut applied = Vec::with_capacity(batch.len());
     {
@@ -310,11 +311,11 @@ fn commit_batch(db: &Database, batch: &[Queued]) -> Result<Vec<bool>, StoreError
                     }
                 }
             }
-            applied.push(holds);
+            applied.push(holds.then_some(rev));
         }
         meta.insert(REVISION_KEY, rev).map_err(backend)?;
     }
-    if applied.iter().any(|a| *a) {
+    if applied.iter().any(Option::is_some) {
         wtx.commit().map_err(backend)?;
     } else {
         wtx.abort().map_err(backend)?;
@@ -379,13 +380,17 @@ impl Datastore for EmbeddedStore {
         })
     }
 
-    fn txn(&self, compares: &[Compare], writes: &[Write]) -> Result<bool, StoreError> {
+    fn txn_revision(
+        &self,
+        compares: &[Compare],
+        writes: &[Write],
+    ) -> Result<Option<u64>, StoreError> {
         if self.mode == EmbeddedMode::Exclusive {
             return self.group_txn(compares, writes);
         }
         self.with_db(|db| {
             let results = commit_batch(db, &[(0, compares.to_vec(), writes.to_vec())])?;
-            Ok(results.first().copied().unwrap_or(false))
+            Ok(results.first().copied().flatten())
         })
     }
 

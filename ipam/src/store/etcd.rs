@@ -159,7 +159,11 @@ impl Datastore for EtcdStore {
         resp.kvs().iter().map(Self::entry).collect()
     }
 
-    fn txn(&self, compares: &[Compare], writes: &[Write]) -> Result<bool, StoreError> {
+    fn txn_revision(
+        &self,
+        compares: &[Compare],
+        writes: &[Write],
+    ) -> Result<Option<u64>, StoreError> {
         let when: Vec<EtcdCompare> = compares
             .iter()
             .map(|c| match c {
@@ -185,6 +189,13 @@ impl Datastore for EtcdStore {
                 async move { kv.txn(txn).await }
             })
             .map_err(unavailable)?;
-        Ok(resp.succeeded())
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        let rev = resp
+            .header()
+            .and_then(|h| u64::try_from(h.revision()).ok())
+            .ok_or_else(|| StoreError::Corrupt("txn response without a revision".into()))?;
+        Ok(Some(rev))
     }
 }

@@ -59,14 +59,18 @@ impl Datastore for MemoryStore {
             .collect())
     }
 
-    fn txn(&self, compares: &[Compare], writes: &[Write]) -> Result<bool, StoreError> {
+    fn txn_revision(
+        &self,
+        compares: &[Compare],
+        writes: &[Write],
+    ) -> Result<Option<u64>, StoreError> {
         let mut inner = self.lock();
         let holds = compares.iter().all(|c| match c {
             Compare::Absent(k) => !inner.keys.contains_key(k),
             Compare::Revision(k, r) => inner.keys.get(k).map(|(rev, _)| rev) == Some(r),
         });
         if !holds {
-            return Ok(false);
+            return Ok(None);
         }
         inner.revision += 1;
         let rev = inner.revision;
@@ -80,6 +84,6 @@ impl Datastore for MemoryStore {
                 }
             }
         }
-        Ok(true)
+        Ok(Some(rev))
     }
 }

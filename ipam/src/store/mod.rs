@@ -79,9 +79,18 @@ pub trait Datastore: Send + Sync {
     fn get(&self, key: &str) -> Result<Option<Entry>, StoreError>;
     /// Reads every key starting with `prefix`, in key order.
     fn list(&self, prefix: &str) -> Result<Vec<Entry>, StoreError>;
+    /// Applies `writes` atomically if every compare holds; returns the
+    /// revision the written keys now have, or `None` when a compare failed.
+    fn txn_revision(
+        &self,
+        compares: &[Compare],
+        writes: &[Write],
+    ) -> Result<Option<u64>, StoreError>;
     /// Applies `writes` atomically if every compare holds; returns whether it
     /// did.
-    fn txn(&self, compares: &[Compare], writes: &[Write]) -> Result<bool, StoreError>;
+    fn txn(&self, compares: &[Compare], writes: &[Write]) -> Result<bool, StoreError> {
+        Ok(self.txn_revision(compares, writes)?.is_some())
+    }
     /// Starts a scope in which this thread's operations form one exclusive
     /// session (the embedded store opens the file once for a whole IPAM
     /// operation). Scopes nest. Default: nothing.
@@ -102,8 +111,12 @@ impl<D: Datastore + ?Sized> Datastore for Box<D> {
     fn list(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
         (**self).list(prefix)
     }
-    fn txn(&self, compares: &[Compare], writes: &[Write]) -> Result<bool, StoreError> {
-        (**self).txn(compares, writes)
+    fn txn_revision(
+        &self,
+        compares: &[Compare],
+        writes: &[Write],
+    ) -> Result<Option<u64>, StoreError> {
+        (**self).txn_revision(compares, writes)
     }
     fn begin_scope(&self) -> Result<(), StoreError> {
         (**self).begin_scope()
@@ -123,8 +136,12 @@ impl<D: Datastore + ?Sized> Datastore for &D {
     fn list(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
         (**self).list(prefix)
     }
-    fn txn(&self, compares: &[Compare], writes: &[Write]) -> Result<bool, StoreError> {
-        (**self).txn(compares, writes)
+    fn txn_revision(
+        &self,
+        compares: &[Compare],
+        writes: &[Write],
+    ) -> Result<Option<u64>, StoreError> {
+        (**self).txn_revision(compares, writes)
     }
     fn begin_scope(&self) -> Result<(), StoreError> {
         (**self).begin_scope()
@@ -144,8 +161,12 @@ impl<D: Datastore + ?Sized> Datastore for std::sync::Arc<D> {
     fn list(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
         (**self).list(prefix)
     }
-    fn txn(&self, compares: &[Compare], writes: &[Write]) -> Result<bool, StoreError> {
-        (**self).txn(compares, writes)
+    fn txn_revision(
+        &self,
+        compares: &[Compare],
+        writes: &[Write],
+    ) -> Result<Option<u64>, StoreError> {
+        (**self).txn_revision(compares, writes)
     }
     fn begin_scope(&self) -> Result<(), StoreError> {
         (**self).begin_scope()
