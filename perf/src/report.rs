@@ -323,6 +323,9 @@ pub fn ratios(scenarios: &[ScenarioResult]) -> Vec<Ratio> {
                 if let (Some(ca), Some(cb)) =
                     (ta.forwarding_ns_per_frame, tb.forwarding_ns_per_frame)
                     && ca > 0.0
+                    // The generator scenario forwards nothing: its NAPI time is
+                    // the sink's receive work, not comparable.
+                    && b != "generator"
                 {
                     out.push(Ratio {
                         name: format!("{a} / {b} per forwarding core-second"),
@@ -471,6 +474,28 @@ mod tests {
         assert_eq!(r[0].name, "null-afxdp / kernel");
         assert_eq!(r[0].frame_size, "64");
         assert!((r[0].value - 0.8).abs() < 1e-12);
+    }
+
+    #[test]
+    fn per_core_ratios_compare_forwarding_cpu_per_frame_but_never_against_the_generator() {
+        let costly = |size: &str, pps: f64, ns: f64| Trial {
+            forwarding_ns_per_frame: Some(ns),
+            ..trial(size, pps)
+        };
+        let s = vec![
+            scenario("generator", vec![costly("64", 2e6, 500.0)]),
+            scenario("kernel", vec![costly("64", 1e6, 1000.0)]),
+            scenario("null-afxdp", vec![costly("64", 5e5, 1250.0)]),
+        ];
+        let r = ratios(&s);
+        let by = |n: &str| r.iter().find(|x| x.name == n).map(|x| x.value);
+        assert_eq!(by("null-afxdp / kernel"), Some(0.5));
+        assert_eq!(
+            by("null-afxdp / kernel per forwarding core-second"),
+            Some(0.8)
+        );
+        assert_eq!(by("kernel / generator"), Some(0.5));
+        assert_eq!(by("kernel / generator per forwarding core-second"), None);
     }
 
     #[test]
