@@ -112,6 +112,8 @@ pub struct Counters {
     pub forwarded: u64,
     /// ARP requests answered in place (proxy ARP).
     pub arp_replies: u64,
+    /// Neighbor solicitations answered in place (proxy NDP).
+    pub nd_adverts: u64,
     /// ARP requests sent to resolve a neighbour (in `generated`).
     pub arp_requests: u64,
     /// ARP replies on the uplink learned into the neighbour table (consumed).
@@ -162,13 +164,14 @@ impl Counters {
 impl fmt::Display for Counters {
     /// A two-column table of every non-zero counter (and rx/tx always).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: [(&str, u64); 15] = [
+        let rows: [(&str, u64); 16] = [
             ("rx_packets", self.rx_packets),
             ("rx_bytes", self.rx_bytes),
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
             ("forwarded", self.forwarded),
             ("arp_replies", self.arp_replies),
+            ("nd_adverts", self.nd_adverts),
             ("arp_requests", self.arp_requests),
             ("arp_learned", self.arp_learned),
             ("icmp_generated", self.icmp_generated),

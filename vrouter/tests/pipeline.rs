@@ -710,3 +710,134 @@ fn ipv6_spoofing_hop_limit_and_link_local_are_counted_drops() {
     assert_eq!(after - before, (full.len() - 14) as u64);
     finish(&node);
 }
+
+fn icmpv6_frame(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: std::net::Ipv6Addr,
+    dst: std::net::Ipv6Addr,
+    hop_limit: u8,
+    icmp: etherparse::Icmpv6Type,
+    payload: &[u8],
+) -> Vec<u8> {
+    let b = etherparse::PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv6(src.octets(), dst.octets(), hop_limit)
+        .icmpv6(icmp);
+    let mut v = Vec::new();
+    b.write(&mut v, payload).unwrap();
+    v
+}
+
+#[test]
+fn proxy_ndp_answers_the_pods_gateway_with_the_ee_mac() {
+    let mut node = dual_stack_node();
+    let pod_ll: std::net::Ipv6Addr = "fe80::858:aff:fe41:2".parse().unwrap();
+    // Calico's IPv6 gateway: the link-local address of ee:ee:ee:ee:ee:ee.
+    let gw: std::net::Ipv6Addr = "fe80::ecee:eeff:feee:eeee".parse().unwrap();
+    let solicited_node: std::net::Ipv6Addr = "ff02::1:ffee:eeee".parse().unwrap();
+    let mut ns_payload = gw.octets().to_vec();
+    ns_payload.extend_from_slice(&[1, 1]);
+    ns_payload.extend_from_slice(&POD_A_MAC);
+    let ns = icmpv6_frame(
+        POD_A_MAC,
+        [0x33, 0x33, 0xff, 0xee, 0xee, 0xee],
+        pod_ll,
+        solicited_node,
+        255,
+        etherparse::Icmpv6Type::NeighborSolicitation,
+        &ns_payload,
+    );
+    let out = node.send(ports::POD_A, &ns);
+    let mut na_payload = gw.octets().to_vec();
+    na_payload.extend_from_slice(&[2, 1]);
+    na_payload.extend_from_slice(&GATEWAY_MAC);
+    let want = icmpv6_frame(
+        GATEWAY_MAC,
+        POD_A_MAC,
+        gw,
+        pod_ll,
+        255,
+        etherparse::Icmpv6Type::NeighborAdvertisement(
+            etherparse::icmpv6::NeighborAdvertisementHeader {
+                router: true,
+                solicited: true,
+                r#override: true,
+            },
+        ),
+        &na_payload,
+    );
+    assert_frames(&out, &[(ports::POD_A, want)]);
+    // A solicitation for the pod's own address is not answered.
+    let own: std::net::Ipv6Addr = "fd00::2".parse().unwrap();
+    let mut own_payload = own.octets().to_vec();
+    own_payload.extend_from_slice(&[1, 1]);
+    own_payload.extend_from_slice(&POD_A_MAC);
+    let ns_own = icmpv6_frame(
+        POD_A_MAC,
+        [0x33, 0x33, 0xff, 0, 0, 2],
+        pod_ll,
+        "ff02::1:ff00:2".parse().unwrap(),
+        255,
+        etherparse::Icmpv6Type::NeighborSolicitation,
+        &own_payload,
+    );
+    assert!(node.send(ports::POD_A, &ns_own).is_empty());
+    let c = finish(&node);
+    assert_eq!(c.nd_adverts, 1);
+}
+
+#[test]
+fn ipv6_hop_limit_expiry_and_too_big_are_answered_with_icmpv6() {
+    let mut cfg = PipelineConfig::new(NODE, 24);
+    let node_v6: std::net::Ipv6Addr = "fd00:ff::1".parse().unwrap();
+    cfg.node_v6 = Some(node_v6);
+    let mut node = Node::with_config(cfg);
+    let ports_table = node.worker.pipeline_mut().ports_mut();
+    ports_table
+        .get_mut(ports::POD_A)
+        .unwrap()
+        .addrs
+        .push("fd00::2".parse().unwrap());
+    node.fib.insert(
+        "fd00::2/128".parse().unwrap(),
+        NextHop::Local { port: ports::POD_A },
+    );
+    node.fib.insert(
+        "fd00::3/128".parse().unwrap(),
+        NextHop::Local { port: ports::POD_B },
+    );
+    let sent = v6_frame(POD_A_MAC, GATEWAY_MAC, "fd00::2", "fd00::3", 1);
+    let out = node.send(ports::POD_A, &sent);
+    let want = icmpv6_frame(
+        GATEWAY_MAC,
+        POD_A_MAC,
+        node_v6,
+        "fd00::2".parse().unwrap(),
+        64,
+        etherparse::Icmpv6Type::TimeExceeded(
+            etherparse::icmpv6::TimeExceededCode::HopLimitExceeded,
+        ),
+        &sent[14..],
+    );
+    assert_frames(&out, &[(ports::POD_A, want)]);
+    // 1501 bytes to pod B (MTU 1500): packet too big, MTU 1500.
+    let src: std::net::Ipv6Addr = "fd00::2".parse().unwrap();
+    let dst: std::net::Ipv6Addr = "fd00::3".parse().unwrap();
+    let big = {
+        let b = etherparse::PacketBuilder::ethernet2(POD_A_MAC, GATEWAY_MAC)
+            .ipv6(src.octets(), dst.octets(), 64)
+            .udp(40000, 5000);
+        let mut v = Vec::new();
+        b.write(&mut v, &vec![0u8; 1501 - 48]).unwrap();
+        v
+    };
+    let out = node.send(ports::POD_A, &big);
+    assert_eq!(out.len(), 1);
+    let f = &out[0].1;
+    assert_eq!(f[20], 58, "ICMPv6");
+    assert_eq!(&f[54..56], &[2, 0], "packet too big");
+    assert_eq!(&f[58..62], &1500u32.to_be_bytes());
+    assert!(f.len() <= 14 + 1280, "the error fits the IPv6 minimum MTU");
+    let c = finish(&node);
+    assert_eq!(c.icmp_generated, 2);
+}

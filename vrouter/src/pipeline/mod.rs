@@ -3,9 +3,9 @@
 //!
 //! Per frame, in order:
 //!
-//! 1. classify: Ethernet (one 802.1Q tag allowed) -> ARP, IPv4, IPv6 (routed
-//!    natively by LPM with a hop-limit decrement, see `ipv6.rs`), or dropped
-//!    as an unknown ethertype;
+//! 1. classify: Ethernet (one 802.1Q tag allowed) -> ARP, IPv4, IPv6 (proxy
+//!    NDP, then routed natively by LPM with a hop-limit decrement and
+//!    ICMPv6 errors, see `ipv6.rs`), or dropped as an unknown ethertype;
 //! 2. ARP: proxy ARP on pod ports (reply built in place), learning on the
 //!    uplink ([`crate::arp`]);
 //! 3. decap, on the uplink only: IPIP to the node address, VXLAN to the node
@@ -33,7 +33,7 @@ mod forward;
 mod icmp;
 mod ipv6;
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use crate::arp::{self, ArpAction};
@@ -54,6 +54,9 @@ pub struct PipelineConfig {
     /// This node's underlay address: tunnel endpoint, outer source, and the
     /// source of ICMP errors.
     pub node_v4: Ipv4Addr,
+    /// This node's IPv6 address, the source of ICMPv6 errors; without one,
+    /// IPv6 packets that need an error are dropped silently (but counted).
+    pub node_v6: Option<Ipv6Addr>,
     /// Prefix length of the uplink's subnet: remote nodes inside it are
     /// direct neighbours (and, in cross-subnet mode, reached natively).
     pub underlay_prefix_len: u8,
@@ -84,6 +87,7 @@ impl PipelineConfig {
     pub fn new(node_v4: Ipv4Addr, underlay_prefix_len: u8) -> Self {
         PipelineConfig {
             node_v4,
+            node_v6: None,
             underlay_prefix_len,
             underlay_gateway: None,
             vxlan_port: crate::wire::VXLAN_PORT,
@@ -411,7 +415,7 @@ impl Pipeline {
         match ethertype {
             EtherType::Ipv4 => self.ipv4(buf, ingress, start, l3, end, cx),
             EtherType::Arp => self.arp(buf, ingress, kind, start, l3, end),
-            EtherType::Ipv6 => self.ipv6(buf, ingress, l3, end, cx),
+            EtherType::Ipv6 => self.ipv6(buf, ingress, start, l3, end, cx),
             _ => Verdict::Drop(DropReason::UnknownEthertype),
         }
     }
