@@ -256,7 +256,9 @@ fn fuzz(seconds: u32) -> Result<()> {
     for (dir, targets) in fuzz_crates()? {
         let crate_dir = dir.parent().context("fuzz dir has a parent")?;
         for target in targets {
-            let corpus = dir.join("corpus").join(&target);
+            // Absolute: cargo-fuzz runs from the crate's folder, not the
+            // workspace root.
+            let corpus = std::fs::canonicalize(&dir)?.join("corpus").join(&target);
             std::fs::create_dir_all(&corpus)?;
             // cargo-fuzz needs nightly flags; the machine has one stable
             // toolchain, which accepts them with RUSTC_BOOTSTRAP.
