@@ -5,8 +5,8 @@
 //! The input is a sequence of records `[selector][length][bytes]`:
 //! - selector bits 0-1: ingress port (pod A, pod B, uplink, uplink);
 //! - bits 2-4: 0 = the bytes are the frame; 1-7 = start from a valid frame
-//!   (pod -> pod, IPIP and VXLAN encap, IPIP and VXLAN decap, ARP, IPv6)
-//!   and apply the bytes as (offset, value) patches;
+//!   (pod -> pod, IPIP and VXLAN encap, IPIP and VXLAN decap, ARP, IPv6
+//!   neighbor solicitation) and apply the bytes as (offset, value) patches;
 //! - bit 5: cut the frame to a length taken from the first patch byte;
 //! - bit 6: re-fix the IPv4 header checksums after patching (to get past
 //!   the checksum check into the deeper stages).
@@ -58,14 +58,30 @@ fn templates() -> &'static [Vec<u8>] {
     })
 }
 
-/// A minimal Ethernet/IPv6/UDP frame, pod A's MAC to the gateway.
+/// A neighbor solicitation from pod A for its gateway
+/// fe80::ecee:eeff:feee:eeee (checksum included), which proxy NDP answers.
 fn ipv6_frame(out: &mut Vec<u8>) {
-    out.extend_from_slice(&GATEWAY_MAC);
+    out.extend_from_slice(&[0x33, 0x33, 0xff, 0xee, 0xee, 0xee]);
     out.extend_from_slice(&POD_A_MAC);
-    out.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 8, 17, 64]);
-    out.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
-    out.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3]);
-    out.extend_from_slice(&[0x9c, 0x40, 0x13, 0x88, 0, 8, 0, 0]);
+    out.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 32, 58, 255]);
+    let src = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x08, 0x58, 0x0a, 0xff, 0xfe, 0x41, 0, 2];
+    let dst = [0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xee, 0xee, 0xee];
+    let target = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0xec, 0xee, 0xee, 0xff, 0xfe, 0xee, 0xee, 0xee];
+    out.extend_from_slice(&src);
+    out.extend_from_slice(&dst);
+    let mut icmp = vec![135, 0, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&target);
+    icmp.extend_from_slice(&[1, 1]);
+    icmp.extend_from_slice(&POD_A_MAC);
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&src);
+    pseudo.extend_from_slice(&dst);
+    pseudo.extend_from_slice(&(icmp.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 58]);
+    pseudo.extend_from_slice(&icmp);
+    let sum = brindle_vrouter::wire::checksum::checksum(&pseudo);
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    out.extend_from_slice(&icmp);
 }
 
 fn fix_ipv4_checksum(frame: &mut [u8], at: usize) {
