@@ -1,5 +1,5 @@
 //! Pcap-writer middleware: wraps any [`Port`] and records every frame it
-//! receives and transmits to a classic pcap stream (Ethernet link type), as
+//! receives and is offered for transmission to a classic pcap stream (Ethernet link type), as
 //! smoltcp's `PcapWriter` does. Timestamps come from the `now` passed to
 //! [`Port::poll`], relative to the first poll, so recordings are
 //! deterministic in tests.
@@ -101,7 +101,9 @@ impl<P: Port, W: Write + Send> Port for PcapPort<P, W> {
 
     fn tx_burst(&mut self, arena: &mut FrameArena, descs: &[FrameDesc]) -> usize {
         // Recorded before handing over: once the port owns a frame (and, for
-        // the in-memory port, frees it) its chunk may be reused.
+        // the in-memory port, frees it) its chunk may be reused. So the
+        // capture shows every frame offered, including any a full ring then
+        // refuses (the worker counts those as `tx_ring_full`).
         let n = descs.len();
         for d in descs {
             self.record(arena.data(*d));
