@@ -294,10 +294,12 @@ pub struct Report {
 }
 
 /// The ratios the issue asks for, where both sides ran.
-pub const RATIO_PAIRS: [(&str, &str); 6] = [
+pub const RATIO_PAIRS: [(&str, &str); 8] = [
     ("null-afxdp", "kernel"),
     ("kernel-calico", "kernel"),
     ("null-afxdp", "kernel-vxlan"),
+    ("null-afxdp", "kernel-ipip"),
+    ("null-afxdp", "kernel-native"),
     ("brindle", "null-afxdp"),
     ("brindle", "kernel"),
     ("kernel", "generator"),

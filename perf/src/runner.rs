@@ -13,7 +13,7 @@ use crate::forwarder::{Availability, Forwarder};
 use crate::frame::{FlowSpec, FrameSize, WIRE_OVERHEAD};
 use crate::report::{ScenarioResult, Status, Trial, TrialKind, cpu_shares, cpu_times, task_cpu_s};
 use crate::search::ZeroLossSearch;
-use crate::topo::{self, Shape, TopoError, Topology};
+use crate::topo::{self, Shape, TopoError, Topology, Underlay};
 use crate::traffic::{GeneratorConfig, Rate, Sink, SinkConfig, TrafficError, spawn_generator};
 
 /// The scenarios.
@@ -28,6 +28,10 @@ pub enum Scenario {
     KernelCalico,
     /// generator — node A — VXLAN over an underlay veth — node B — sink.
     KernelVxlan,
+    /// The same two nodes with IP-in-IP.
+    KernelIpip,
+    /// The same two nodes with plain routes (no encapsulation).
+    KernelNative,
     /// The router's forwarding done by the null AF_XDP forwarder.
     NullAfxdp,
     /// The router's forwarding done by brindle-vrouter (hook).
@@ -36,11 +40,13 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Generator,
         Scenario::Kernel,
         Scenario::KernelCalico,
         Scenario::KernelVxlan,
+        Scenario::KernelIpip,
+        Scenario::KernelNative,
         Scenario::NullAfxdp,
         Scenario::Brindle,
     ];
@@ -52,6 +58,8 @@ impl Scenario {
             Scenario::Kernel => "kernel",
             Scenario::KernelCalico => "kernel-calico",
             Scenario::KernelVxlan => "kernel-vxlan",
+            Scenario::KernelIpip => "kernel-ipip",
+            Scenario::KernelNative => "kernel-native",
             Scenario::NullAfxdp => "null-afxdp",
             Scenario::Brindle => "brindle",
         }
@@ -72,6 +80,12 @@ impl Scenario {
             Scenario::KernelVxlan => {
                 "two nodes, kernel VXLAN encapsulation and decapsulation over an underlay veth"
             }
+            Scenario::KernelIpip => {
+                "two nodes, kernel IP-in-IP encapsulation and decapsulation over an underlay veth"
+            }
+            Scenario::KernelNative => {
+                "two nodes, kernel routing over an underlay veth without encapsulation"
+            }
             Scenario::NullAfxdp => {
                 "null AF_XDP forwarder (MAC + TTL rewrite, shared UMEM, one pinned core): the copy-mode ceiling on veth"
             }
@@ -82,7 +96,9 @@ impl Scenario {
     fn shape(&self) -> Shape {
         match self {
             Scenario::Generator => Shape::Direct,
-            Scenario::KernelVxlan => Shape::TwoNodeVxlan,
+            Scenario::KernelVxlan => Shape::TwoNode(Underlay::Vxlan),
+            Scenario::KernelIpip => Shape::TwoNode(Underlay::Ipip),
+            Scenario::KernelNative => Shape::TwoNode(Underlay::Native),
             _ => Shape::Routed,
         }
     }
@@ -377,9 +393,22 @@ pub fn run_scenario(
             return result;
         }
     }
-    if let Err(e) = scenario_trials(scenario, options, progress, &mut result) {
-        progress(&format!("{}: failed: {e}", scenario.name()));
-        result.status = Status::Failed(e.to_string());
+    match scenario_trials(scenario, options, progress, &mut result) {
+        Ok(()) => {}
+        // A kernel built without the IPIP driver (CONFIG_NET_IPIP) cannot
+        // have this path at all: not available, not a failure.
+        Err(RunError::Topo(TopoError::Failed { cmd, stderr }))
+            if cmd.contains("type ipip") && stderr.contains("Unknown device type") =>
+        {
+            let why =
+                "this kernel has no IPIP tunnel driver (CONFIG_NET_IPIP is not set)".to_owned();
+            progress(&format!("{}: not available ({why})", scenario.name()));
+            result.status = Status::NotAvailable(why);
+        }
+        Err(e) => {
+            progress(&format!("{}: failed: {e}", scenario.name()));
+            result.status = Status::Failed(e.to_string());
+        }
     }
     result
 }

@@ -260,6 +260,18 @@ pub struct RouterPorts {
     pub sink_mac: MacAddr,
 }
 
+/// How node A reaches node B's pod block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Underlay {
+    /// VXLAN (VNI 4096, UDP 4789), as Calico's VXLAN mode.
+    Vxlan,
+    /// IP in IP, as Calico's IPIP mode.
+    Ipip,
+    /// Plain routes via the remote node, as Calico's BGP mode without
+    /// encapsulation.
+    Native,
+}
+
 /// Which shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
@@ -267,8 +279,8 @@ pub enum Shape {
     Direct,
     /// generator — router — sink.
     Routed,
-    /// generator — node A — underlay — node B — sink, VXLAN between A and B.
-    TwoNodeVxlan,
+    /// generator — node A — underlay — node B — sink.
+    TwoNode(Underlay),
 }
 
 /// A built topology; dropping it deletes every namespace.
@@ -410,7 +422,7 @@ impl Topology {
                 nodes.push(r);
                 (r_in, Some(ports))
             }
-            Shape::TwoNodeVxlan => {
+            Shape::TwoNode(underlay) => {
                 let a = Netns::new("a")?;
                 let b = Netns::new("b")?;
                 let (a_in, a_ul, b_ul, b_out) = (mac(3), mac(5), mac(6), mac(4));
@@ -423,102 +435,156 @@ impl Topology {
                 b.ip(&["addr", "add", "10.201.2.1/24", "dev", "pod0"])?;
                 a.ip(&["addr", "add", "192.168.201.1/24", "dev", "ul0"])?;
                 b.ip(&["addr", "add", "192.168.201.2/24", "dev", "ul0"])?;
-                // Calico's VXLAN device: one VNI, learning off, static
-                // neighbour and FDB for the remote VTEP.
-                let (va, vb) = (mac(7), mac(8));
-                for (n, local, remote, own, peer) in [
-                    (&a, "192.168.201.1", "192.168.201.2", va, vb),
-                    (&b, "192.168.201.2", "192.168.201.1", vb, va),
-                ] {
+                // The underlay: MTU 1600 so 1518-byte frames fit after the
+                // encapsulation (a jumbo-frame underlay), static neighbours.
+                for (n, remote, remote_mac) in
+                    [(&a, "192.168.201.2", b_ul), (&b, "192.168.201.1", a_ul)]
+                {
                     n.ip(&["link", "set", "ul0", "mtu", "1600"])?;
-                    n.ip(&[
-                        "link",
-                        "add",
-                        "vxlan.calico",
-                        "address",
-                        &mac_str(own),
-                        "type",
-                        "vxlan",
-                        "id",
-                        "4096",
-                        "local",
-                        local,
-                        "dstport",
-                        "4789",
-                        "dev",
-                        "ul0",
-                        "nolearning",
-                    ])?;
-                    // Underlay MTU 1600 (set above) so 1518-byte frames fit
-                    // after the 50-byte encapsulation.
-                    n.ip(&["link", "set", "vxlan.calico", "mtu", "1500", "up"])?;
                     n.ip(&[
                         "neigh",
                         "replace",
                         remote,
                         "lladdr",
-                        &mac_str(if own == va { b_ul } else { a_ul }),
+                        &mac_str(remote_mac),
                         "dev",
                         "ul0",
                         "nud",
                         "permanent",
                     ])?;
-                    n.exec(&[
-                        "bridge",
-                        "fdb",
-                        "append",
-                        &mac_str(peer),
-                        "dev",
-                        "vxlan.calico",
-                        "dst",
-                        remote,
-                    ])?;
                     n.sysctl(&ROUTER_SYSCTLS)?;
                 }
-                a.ip(&["addr", "add", "10.201.255.1/32", "dev", "vxlan.calico"])?;
-                b.ip(&["addr", "add", "10.201.255.2/32", "dev", "vxlan.calico"])?;
-                a.ip(&[
-                    "neigh",
-                    "replace",
-                    "10.201.255.2",
-                    "lladdr",
-                    &mac_str(vb),
-                    "dev",
-                    "vxlan.calico",
-                    "nud",
-                    "permanent",
-                ])?;
-                b.ip(&[
-                    "neigh",
-                    "replace",
-                    "10.201.255.1",
-                    "lladdr",
-                    &mac_str(va),
-                    "dev",
-                    "vxlan.calico",
-                    "nud",
-                    "permanent",
-                ])?;
-                a.ip(&[
-                    "route",
-                    "add",
-                    "10.201.2.0/24",
-                    "via",
-                    "10.201.255.2",
-                    "dev",
-                    "vxlan.calico",
-                    "onlink",
-                ])?;
-                b.ip(&[
-                    "route",
-                    "add",
-                    "10.201.1.0/24",
-                    "via",
-                    "10.201.255.1",
-                    "dev",
-                    "vxlan.calico",
-                    "onlink",
-                ])?;
+                match underlay {
+                    Underlay::Vxlan => {
+                        // Calico's VXLAN device: one VNI, learning off, static
+                        // neighbour and FDB for the remote VTEP.
+                        let (va, vb) = (mac(7), mac(8));
+                        for (n, local, remote, own, peer) in [
+                            (&a, "192.168.201.1", "192.168.201.2", va, vb),
+                            (&b, "192.168.201.2", "192.168.201.1", vb, va),
+                        ] {
+                            n.ip(&[
+                                "link",
+                                "add",
+                                "vxlan.calico",
+                                "address",
+                                &mac_str(own),
+                                "type",
+                                "vxlan",
+                                "id",
+                                "4096",
+                                "local",
+                                local,
+                                "dstport",
+                                "4789",
+                                "dev",
+                                "ul0",
+                                "nolearning",
+                            ])?;
+                            n.ip(&["link", "set", "vxlan.calico", "mtu", "1500", "up"])?;
+                            n.exec(&[
+                                "bridge",
+                                "fdb",
+                                "append",
+                                &mac_str(peer),
+                                "dev",
+                                "vxlan.calico",
+                                "dst",
+                                remote,
+                            ])?;
+                        }
+                        a.ip(&["addr", "add", "10.201.255.1/32", "dev", "vxlan.calico"])?;
+                        b.ip(&["addr", "add", "10.201.255.2/32", "dev", "vxlan.calico"])?;
+                        a.ip(&[
+                            "neigh",
+                            "replace",
+                            "10.201.255.2",
+                            "lladdr",
+                            &mac_str(vb),
+                            "dev",
+                            "vxlan.calico",
+                            "nud",
+                            "permanent",
+                        ])?;
+                        b.ip(&[
+                            "neigh",
+                            "replace",
+                            "10.201.255.1",
+                            "lladdr",
+                            &mac_str(va),
+                            "dev",
+                            "vxlan.calico",
+                            "nud",
+                            "permanent",
+                        ])?;
+                        a.ip(&[
+                            "route",
+                            "add",
+                            "10.201.2.0/24",
+                            "via",
+                            "10.201.255.2",
+                            "dev",
+                            "vxlan.calico",
+                            "onlink",
+                        ])?;
+                        b.ip(&[
+                            "route",
+                            "add",
+                            "10.201.1.0/24",
+                            "via",
+                            "10.201.255.1",
+                            "dev",
+                            "vxlan.calico",
+                            "onlink",
+                        ])?;
+                    }
+                    Underlay::Ipip => {
+                        // Calico's IPIP: a tunnel device, routes to the
+                        // remote block via the remote node's address onlink.
+                        for (n, local, remote, route) in [
+                            (&a, "192.168.201.1", "192.168.201.2", "10.201.2.0/24"),
+                            (&b, "192.168.201.2", "192.168.201.1", "10.201.1.0/24"),
+                        ] {
+                            n.ip(&[
+                                "link",
+                                "add",
+                                "tunl.calico",
+                                "type",
+                                "ipip",
+                                "local",
+                                local,
+                                "remote",
+                                remote,
+                                "dev",
+                                "ul0",
+                            ])?;
+                            n.ip(&["link", "set", "tunl.calico", "mtu", "1500", "up"])?;
+                            n.ip(&["route", "add", route, "dev", "tunl.calico"])?;
+                        }
+                    }
+                    Underlay::Native => {
+                        // Calico's BGP mode without encapsulation: the
+                        // remote block is routed via the remote node.
+                        a.ip(&[
+                            "route",
+                            "add",
+                            "10.201.2.0/24",
+                            "via",
+                            "192.168.201.2",
+                            "dev",
+                            "ul0",
+                        ])?;
+                        b.ip(&[
+                            "route",
+                            "add",
+                            "10.201.1.0/24",
+                            "via",
+                            "192.168.201.1",
+                            "dev",
+                            "ul0",
+                        ])?;
+                    }
+                }
                 b.ip(&[
                     "neigh",
                     "replace",

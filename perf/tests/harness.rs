@@ -88,6 +88,13 @@ fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
             assert!(r.trials.is_empty());
             continue;
         }
+        if scenario == Scenario::KernelIpip
+            && let Status::NotAvailable(why) = &r.status
+        {
+            // Kernels without CONFIG_NET_IPIP (like this machine's).
+            assert!(why.contains("IPIP"), "{why}");
+            continue;
+        }
         assert!(
             matches!(r.status, Status::Ran),
             "{}: {:?}",
