@@ -60,6 +60,10 @@ struct RunArgs {
     /// Latency trial at this fraction of the measured maximum (0 = none).
     #[arg(long, default_value_t = 0.5)]
     latency_fraction: f64,
+    /// Whose maximum the latency fraction is of: a scenario that ran
+    /// earlier (the same offered load for all that follow), or "own".
+    #[arg(long, default_value = "kernel")]
+    latency_reference: String,
     /// CPU of the generator.
     #[arg(long, default_value_t = 0)]
     gen_cpu: usize,
@@ -118,6 +122,13 @@ fn run(args: RunArgs) -> Result<()> {
         loss_tolerance: args.loss_tolerance,
         zero_loss_trials: args.zero_loss_trials,
         latency_fraction: (args.latency_fraction > 0.0).then_some(args.latency_fraction.min(1.0)),
+        latency_reference: match args.latency_reference.as_str() {
+            "own" => None,
+            name => Some(
+                <Scenario as clap::ValueEnum>::from_str(name, true)
+                    .map_err(|e| anyhow::anyhow!("--latency-reference: {e}"))?,
+            ),
+        },
         gen_cpu: args.gen_cpu,
         fwd_cpu: args.fwd_cpu,
         brindle_binary: args.brindle_binary.clone(),
@@ -138,9 +149,8 @@ fn run(args: RunArgs) -> Result<()> {
     let total = options.scenarios.len();
     for (i, &scenario) in options.scenarios.iter().enumerate() {
         let mut progress = |line: &str| eprintln!("[{}/{total}] {line}", i + 1);
-        report
-            .scenarios
-            .push(run_scenario(scenario, &options, &mut progress));
+        let result = run_scenario(scenario, &options, &report.scenarios, &mut progress);
+        report.scenarios.push(result);
         if topo::STOP.load(std::sync::atomic::Ordering::Relaxed) {
             break;
         }

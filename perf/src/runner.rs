@@ -125,6 +125,10 @@ pub struct RunOptions {
     pub zero_loss_trials: u32,
     /// Latency trial at this fraction of the measured maximum.
     pub latency_fraction: Option<f64>,
+    /// Whose maximum the latency fraction is of: this scenario's, when it
+    /// ran earlier in the run (the kernel's by default, so every path is
+    /// measured at the same offered load), else each scenario's own.
+    pub latency_reference: Option<Scenario>,
     /// Generator CPU.
     pub gen_cpu: usize,
     /// Forwarder CPU.
@@ -151,6 +155,7 @@ impl Default for RunOptions {
             loss_tolerance: 0.0,
             zero_loss_trials: 8,
             latency_fraction: Some(0.5),
+            latency_reference: Some(Scenario::Kernel),
             gen_cpu: 0,
             fwd_cpu: 1,
             brindle_binary: PathBuf::from("brindle-vrouter"),
@@ -372,6 +377,7 @@ fn prepare(
 pub fn run_scenario(
     scenario: Scenario,
     options: &RunOptions,
+    earlier: &[ScenarioResult],
     progress: &mut dyn FnMut(&str),
 ) -> ScenarioResult {
     let mut result = ScenarioResult {
@@ -393,7 +399,7 @@ pub fn run_scenario(
             return result;
         }
     }
-    match scenario_trials(scenario, options, progress, &mut result) {
+    match scenario_trials(scenario, options, earlier, progress, &mut result) {
         Ok(()) => {}
         // A kernel built without the IPIP driver (CONFIG_NET_IPIP) cannot
         // have this path at all: not available, not a failure.
@@ -416,6 +422,7 @@ pub fn run_scenario(
 fn scenario_trials(
     scenario: Scenario,
     options: &RunOptions,
+    earlier: &[ScenarioResult],
     progress: &mut dyn FnMut(&str),
     result: &mut ScenarioResult,
 ) -> Result<(), RunError> {
@@ -444,7 +451,20 @@ fn scenario_trials(
         if let Some(fraction) = options.latency_fraction
             && max_rx > 0.0
         {
-            let rate = Rate::Pps(max_rx * fraction);
+            // The same offered load for every scenario: a fraction of the
+            // reference scenario's maximum when it ran before at this size.
+            let reference = options
+                .latency_reference
+                .and_then(|r| earlier.iter().find(|e| e.scenario == r.name()))
+                .and_then(|e| e.throughput(&size.label()))
+                .map(|t| t.rx_pps);
+            let (base, of_what) = match reference {
+                Some(pps) if pps > 0.0 => {
+                    (pps, options.latency_reference.map_or("own", |r| r.name()))
+                }
+                _ => (max_rx, "own"),
+            };
+            let rate = Rate::Pps(base * fraction);
             let t = run_trial(
                 &topology,
                 &prepared,
@@ -455,7 +475,7 @@ fn scenario_trials(
             )?;
             if let Some(l) = &t.latency {
                 progress(&format!(
-                    "{} {size}: latency at {:.0} % of max: p50 {:.1} µs, p99 {:.1} µs",
+                    "{} {size}: latency at {:.0} % of the {of_what} maximum: p50 {:.1} µs, p99 {:.1} µs",
                     scenario.name(),
                     fraction * 100.0,
                     l.p50_ns as f64 / 1e3,

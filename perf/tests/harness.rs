@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use brindle_perf::frame::FrameSize;
-use brindle_perf::report::{Status, TrialKind};
+use brindle_perf::report::{ScenarioResult, Status, TrialKind};
 use brindle_perf::runner::{RunOptions, Scenario, run_scenario};
 use brindle_perf::selftest;
 use brindle_perf::traffic::Rate;
@@ -73,12 +73,13 @@ fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
         flows: 4,
         // A low fixed rate: the test checks the plumbing, not the speed.
         rate: Rate::Pps(20_000.0),
-        latency_fraction: None,
+        latency_fraction: Some(0.5),
         brindle_binary: "/nonexistent/brindle-vrouter".into(),
         ..RunOptions::default()
     };
+    let mut done: Vec<ScenarioResult> = Vec::new();
     for scenario in Scenario::ALL {
-        let r = run_scenario(scenario, &options, &mut |_| {});
+        let r = run_scenario(scenario, &options, &done, &mut |_| {});
         if scenario == Scenario::Brindle {
             assert!(
                 matches!(r.status, Status::NotAvailable(_)),
@@ -135,6 +136,20 @@ fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
             }
             _ => assert!(t.forwarder.is_none()),
         }
+        // Latency trials after the kernel's run at half the kernel's
+        // maximum (the same offered load); the generator's at half its own.
+        let reference = done
+            .iter()
+            .find(|d| d.scenario == "kernel")
+            .and_then(|k| k.throughput("64"))
+            .map_or(t.rx_pps, |k| k.rx_pps);
+        let target = r.latency("64").unwrap().target_pps.unwrap();
+        assert!(
+            (target - reference * 0.5).abs() <= 1e-9 * reference,
+            "{}: latency target {target}, reference {reference}",
+            r.scenario
+        );
+        done.push(r);
     }
     assert!(brindle_perf::topo::none_left());
 }
