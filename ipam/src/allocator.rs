@@ -244,10 +244,6 @@ impl<S: Datastore> Ipam<S> {
             .insert((node.to_owned(), v6), (entry, block));
     }
 
-    fn forget_block(&self, node: &str, v6: bool) {
-        self.cache().hints.remove(&(node.to_owned(), v6));
-    }
-
     /// The common case in one transaction: a new handle, and room in the
     /// block this node last allocated from. `None` sends the caller down the
     /// full path.
@@ -256,8 +252,9 @@ impl<S: Datastore> Ipam<S> {
         args: &AllocateArgs,
         v6: bool,
     ) -> Result<Option<AssignedAddress>, IpamError> {
-        let Some((entry, mut block)) = self.cache().hints.get(&(args.node.clone(), v6)).cloned()
-        else {
+        // Taken out, not cloned: a concurrent allocation for the same node
+        // goes down the full path instead of racing on the same block.
+        let Some((entry, mut block)) = self.cache().hints.remove(&(args.node.clone(), v6)) else {
             return Ok(None);
         };
         let snap = self.cached_snapshot()?;
@@ -268,7 +265,6 @@ impl<S: Datastore> Ipam<S> {
             return Ok(None);
         };
         let Some(ord) = block.first_free(pool, &snap.reserved) else {
-            self.forget_block(&args.node, v6);
             return Ok(None);
         };
         block.allocations.insert(ord, args.handle.clone());
@@ -287,7 +283,6 @@ impl<S: Datastore> Ipam<S> {
             ],
         )?;
         let Some(rev) = rev else {
-            self.forget_block(&args.node, v6);
             return Ok(None);
         };
         let assigned = AssignedAddress {
