@@ -52,11 +52,14 @@ pub enum DropReason {
     NoRoom,
     /// ICMP error rate limit reached.
     IcmpRateLimited,
+    /// IPIP or VXLAN from an address that is not a known node (when the
+    /// tunnel peer allow-list is on).
+    UnknownTunnelPeer,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 14] = [
+    pub const ALL: [DropReason; 15] = [
         DropReason::ParseError,
         DropReason::Spoofed,
         DropReason::NoRoute,
@@ -71,6 +74,7 @@ impl DropReason {
         DropReason::Unsupported,
         DropReason::NoRoom,
         DropReason::IcmpRateLimited,
+        DropReason::UnknownTunnelPeer,
     ];
 
     /// Stable snake_case name (metrics label).
@@ -90,6 +94,7 @@ impl DropReason {
             DropReason::Unsupported => "unsupported",
             DropReason::NoRoom => "no_room",
             DropReason::IcmpRateLimited => "icmp_rate_limited",
+            DropReason::UnknownTunnelPeer => "unknown_tunnel_peer",
         }
     }
 }

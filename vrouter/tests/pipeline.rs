@@ -841,3 +841,42 @@ fn ipv6_hop_limit_expiry_and_too_big_are_answered_with_icmpv6() {
     let c = finish(&node);
     assert_eq!(c.icmp_generated, 2);
 }
+
+#[test]
+fn with_the_peer_allow_list_only_known_nodes_may_tunnel() {
+    let mut node = Node::new();
+    node.worker
+        .pipeline_mut()
+        .set_tunnel_peers(Some([REMOTE_IPIP]));
+    let inner = udp_packet(REMOTE_POD_IPIP, POD_A, 63, &PAYLOAD);
+    let known = frames::ipip_frame(REMOTE_IPIP_MAC, UPLINK_MAC, REMOTE_IPIP, NODE, &inner);
+    assert_eq!(node.send(ports::UPLINK, &known).len(), 1);
+    let stranger = Ipv4Addr::new(192, 168, 0, 66);
+    let unknown = frames::ipip_frame(REMOTE_IPIP_MAC, UPLINK_MAC, stranger, NODE, &inner);
+    assert!(node.send(ports::UPLINK, &unknown).is_empty());
+    node.worker.pipeline_mut().add_tunnel_peer(stranger);
+    assert_eq!(node.send(ports::UPLINK, &unknown).len(), 1);
+    node.worker.pipeline_mut().remove_tunnel_peer(stranger);
+    assert!(node.send(ports::UPLINK, &unknown).is_empty());
+    let c = finish(&node);
+    assert_eq!(c.drops_for(DropReason::UnknownTunnelPeer), 2);
+}
+
+#[test]
+fn the_peer_allow_list_leaves_other_udp_to_the_node_alone() {
+    let mut node = Node::new();
+    node.worker
+        .pipeline_mut()
+        .set_tunnel_peers(Some([REMOTE_IPIP]));
+    let dns = udp_frame(
+        REMOTE_VXLAN_MAC,
+        UPLINK_MAC,
+        Ipv4Addr::new(192, 168, 0, 66),
+        NODE,
+        64,
+        &PAYLOAD,
+    );
+    assert!(node.send(ports::UPLINK, &dns).is_empty());
+    let c = finish(&node);
+    assert_eq!(c.drops_for(DropReason::NotForUs), 1);
+}

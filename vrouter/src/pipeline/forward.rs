@@ -130,6 +130,9 @@ impl Pipeline {
         let ip_end = m.l3 + m.len;
         match m.proto {
             IpProtocol::IpIp => {
+                if !self.tunnel_peer_allowed(m.src) {
+                    return Err(DropReason::UnknownTunnelPeer);
+                }
                 let inner = parse_v4(buf, m.l3 + m.ihl, ip_end)?;
                 self.counters.decap_ipip += 1;
                 Ok(inner)
@@ -145,6 +148,9 @@ impl Pipeline {
                     .ok_or(DropReason::ParseError)?;
                 if udp.dst_port() != self.cfg.vxlan_port {
                     return Err(DropReason::NotForUs);
+                }
+                if !self.tunnel_peer_allowed(m.src) {
+                    return Err(DropReason::UnknownTunnelPeer);
                 }
                 let udp_end = l4 + usize::from(udp.len());
                 let vx_start = l4 + udp::HEADER_LEN;

@@ -9,7 +9,8 @@
 //! 2. ARP: proxy ARP on pod ports (reply built in place), learning on the
 //!    uplink ([`crate::arp`]);
 //! 3. decap, on the uplink only: IPIP to the node address, VXLAN to the node
-//!    address on the VTEP's UDP port and VNI;
+//!    address on the VTEP's UDP port and VNI, from a known node when the
+//!    tunnel peer allow-list is on;
 //! 4. anti-spoof, on pod ports only: the source must be one of the pod's
 //!    addresses;
 //! 5. LPM in the FIB; from the uplink only local pods and the host are
@@ -33,6 +34,8 @@ mod forward;
 mod icmp;
 mod ipv6;
 
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
@@ -41,7 +44,7 @@ use crate::counters::{Counters, DropReason};
 use crate::endpoint::{PortKind, PortTable};
 use crate::fib::{FibReader, FibSnapshot};
 use crate::frame::{FrameArena, FrameDesc, PortId};
-use crate::neigh::{MissAction, NeighTable};
+use crate::neigh::{FastHasher, MissAction, NeighTable};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::udp::UdpChecksum;
 
@@ -226,6 +229,7 @@ pub struct Pipeline {
     ident: u16,
     icmp_bucket: TokenBucket,
     vtep_macs: Vec<(Ipv4Addr, [u8; 6])>,
+    tunnel_peers: Option<HashSet<Ipv4Addr, BuildHasherDefault<FastHasher>>>,
 }
 
 impl Pipeline {
@@ -246,6 +250,7 @@ impl Pipeline {
             ident: 0,
             icmp_bucket,
             vtep_macs: Vec::new(),
+            tunnel_peers: None,
         }
     }
 
@@ -292,6 +297,34 @@ impl Pipeline {
             Some(e) => e.1 = mac,
             None => self.vtep_macs.push((node, mac)),
         }
+    }
+
+    /// Accepts IPIP and VXLAN only from `peers` (the other nodes'
+    /// addresses), as Calico accepts tunnel traffic only from known hosts;
+    /// anything else is dropped as `unknown_tunnel_peer`. `None` (the
+    /// default) accepts tunnels from any source.
+    pub fn set_tunnel_peers(&mut self, peers: Option<impl IntoIterator<Item = Ipv4Addr>>) {
+        self.tunnel_peers = peers.map(|p| p.into_iter().collect());
+    }
+
+    /// Adds one node to the tunnel peer allow-list (turning the list on).
+    pub fn add_tunnel_peer(&mut self, peer: Ipv4Addr) {
+        self.tunnel_peers
+            .get_or_insert_with(Default::default)
+            .insert(peer);
+    }
+
+    /// Removes one node from the tunnel peer allow-list.
+    pub fn remove_tunnel_peer(&mut self, peer: Ipv4Addr) {
+        if let Some(p) = self.tunnel_peers.as_mut() {
+            p.remove(&peer);
+        }
+    }
+
+    /// Whether tunnel traffic from `src` is accepted.
+    #[inline]
+    fn tunnel_peer_allowed(&self, src: Ipv4Addr) -> bool {
+        self.tunnel_peers.as_ref().is_none_or(|p| p.contains(&src))
     }
 
     fn remote_vtep_mac(&self, node: Ipv4Addr) -> [u8; 6] {
