@@ -10,6 +10,16 @@
 //!   crate with `unsafe` code.
 //! - [`frame`]: the frame arena (the UMEM, or a heap buffer in tests) and the
 //!   [`frame::Port`] trait every port implements.
+//! - [`port`]: the in-memory and replay ports, and pcap middleware.
+//! - [`endpoint`]: the port table (pod, uplink, host; MACs, MTU, the pod's
+//!   addresses for anti-spoofing).
+//! - [`neigh`]: the neighbour table and its miss path.
+//! - [`arp`]: proxy ARP on pod ports, learning on the uplink.
+//! - [`pipeline`]: classify, ARP/NDP, decap, anti-spoof, LPM, TTL/ICMP, MTU,
+//!   rewrite, encap, per-port TX batches.
+//! - [`counters`]: per-worker counters and drop reasons.
+//! - [`worker`]: the poll loop over a worker's ports.
+//! - [`demo`]: the demo node (also the fixture of tests and benchmarks).
 //!
 //! Tests: `cargo test -p brindle-vrouter` (no root). Benchmarks:
 //! `cargo bench -p brindle-vrouter`. See `vrouter/README.md`.

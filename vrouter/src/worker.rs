@@ -6,6 +6,39 @@
 //! wake-ups). Pinning to a core, adaptive polling (back off when idle) and the
 //! control channel that changes ports and neighbours belong to the daemon
 //! issue; they wrap this loop without changing it.
+//!
+//! ```
+//! use std::net::Ipv4Addr;
+//! use std::time::Instant;
+//!
+//! use brindle_vrouter::demo::frames::udp_frame;
+//! use brindle_vrouter::endpoint::{Endpoint, GATEWAY_MAC};
+//! use brindle_vrouter::fib::{Fib, NextHop};
+//! use brindle_vrouter::frame::FrameArena;
+//! use brindle_vrouter::pipeline::PipelineConfig;
+//! use brindle_vrouter::port::MemoryPort;
+//! use brindle_vrouter::worker::Worker;
+//!
+//! let (mut fib, reader) = Fib::new();
+//! let node = "192.168.0.1".parse()?;
+//! let mut worker = Worker::new(FrameArena::new_heap(64, 2048), PipelineConfig::new(node, 24), reader);
+//! let (a_mac, b_mac) = ([0x0a, 0x58, 0, 0, 0, 2], [0x0a, 0x58, 0, 0, 0, 3]);
+//! let (a, b): (Ipv4Addr, Ipv4Addr) = ("10.65.0.2".parse()?, "10.65.0.3".parse()?);
+//! let (port_a, pod_a) = MemoryPort::new("pod-a", GATEWAY_MAC, 1500);
+//! let (port_b, pod_b) = MemoryPort::new("pod-b", GATEWAY_MAC, 1500);
+//! worker.add_port(Box::new(port_a), Endpoint::pod(vec![a.into()], Some(a_mac), 1500));
+//! let b_id = worker.add_port(Box::new(port_b), Endpoint::pod(vec![b.into()], Some(b_mac), 1500));
+//! fib.insert("10.65.0.3/32".parse()?, NextHop::Local { port: b_id });
+//!
+//! pod_a.inject(&udp_frame(a_mac, GATEWAY_MAC, a, b, 64, b"hello"));
+//! worker.poll_once(Instant::now());
+//!
+//! let sent = pod_b.take_transmitted();
+//! assert_eq!(sent.len(), 1);
+//! assert_eq!(&sent[0][..6], &b_mac); // to pod B, from ee:ee:ee:ee:ee:ee
+//! assert_eq!(sent[0][14 + 8], 63); // TTL decremented
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::time::Instant;
 
