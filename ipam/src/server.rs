@@ -113,3 +113,122 @@ pub fn serve_connection<S: Datastore, R: BufRead, W: Write>(
         framing::write_message(&mut writer, &reply)?;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+
+    use brindle_api::ipam::{AllocateResult, HandleId, IpamRequest};
+
+    use super::*;
+    use crate::model::Pool;
+    use crate::store::MemoryStore;
+
+    fn ipam() -> Ipam<MemoryStore> {
+        let ipam = Ipam::new(MemoryStore::new(), "/t");
+        ipam.put_pool(&Pool::new("p", "10.3.0.0/24".parse().unwrap()))
+            .unwrap();
+        ipam
+    }
+
+    fn allocate(c: &str) -> IpamOp {
+        IpamOp::IpamAllocate {
+            handle: HandleId {
+                network: "net".into(),
+                container_id: c.into(),
+                ifname: "eth0".into(),
+            },
+            node: "n1".into(),
+            node_labels: Default::default(),
+            attrs: Default::default(),
+            pools: Vec::new(),
+            ipv4: true,
+            ipv6: false,
+        }
+    }
+
+    #[test]
+    fn another_protocol_version_is_refused_as_invalid() {
+        let req = IpamRequest {
+            v: PROTOCOL_VERSION + 1,
+            op: IpamOp::IpamStatus,
+        };
+        match handle_request(&ipam(), req) {
+            Reply::Error(e) => assert_eq!(e.kind, RemoteErrorKind::InvalidRequest),
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unknown_handle_query_is_not_found_and_a_bad_handle_is_invalid() {
+        let i = ipam();
+        let q = |c: &str| {
+            handle_request(
+                &i,
+                IpamRequest::new(IpamOp::IpamQueryHandle {
+                    handle: HandleId {
+                        network: "net".into(),
+                        container_id: c.into(),
+                        ifname: "eth0".into(),
+                    },
+                }),
+            )
+        };
+        assert!(matches!(
+            q("nope"),
+            Reply::Error(RemoteError {
+                kind: RemoteErrorKind::NotFound,
+                ..
+            })
+        ));
+        assert!(matches!(
+            q("a/b"),
+            Reply::Error(RemoteError {
+                kind: RemoteErrorKind::InvalidRequest,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_connection_survives_a_garbage_line_and_answers_the_next_request() {
+        let i = ipam();
+        let mut input = b"this is not json\n".to_vec();
+        framing::write_message(&mut input, &IpamRequest::new(allocate("c1"))).unwrap();
+        let mut output = Vec::new();
+        serve_connection(&i, Cursor::new(input), &mut output).unwrap();
+        let mut r = Cursor::new(output);
+        let first: Reply<Value> = framing::read_message(&mut r).unwrap().unwrap();
+        assert!(matches!(
+            first,
+            Reply::Error(RemoteError {
+                kind: RemoteErrorKind::InvalidRequest,
+                ..
+            })
+        ));
+        let second: Reply<AllocateResult> = framing::read_message(&mut r).unwrap().unwrap();
+        let got = second.into_result().unwrap();
+        assert_eq!(got.addresses.len(), 1);
+        assert!(
+            got.addresses[0]
+                .block
+                .contains(&got.addresses[0].address.addr())
+        );
+    }
+
+    #[test]
+    fn an_exhausted_pool_is_reported_with_the_exhausted_kind() {
+        let i = Ipam::new(MemoryStore::new(), "/t");
+        let mut p = Pool::new("p", "10.4.0.0/32".parse().unwrap());
+        p.block_size = Some(32);
+        i.put_pool(&p).unwrap();
+        assert!(matches!(
+            handle_request(&i, IpamRequest::new(allocate("a"))),
+            Reply::Ok { .. }
+        ));
+        match handle_request(&i, IpamRequest::new(allocate("b"))) {
+            Reply::Error(e) => assert_eq!(e.kind, RemoteErrorKind::Exhausted),
+            other => panic!("expected exhausted, got {other:?}"),
+        }
+    }
+}
