@@ -32,9 +32,9 @@
 //! readers that still use it a real reference when it is replaced), and drops
 //! it at a later update or [`Fib::reclaim`].
 //!
-//! Updates cost a copy of the touched parts: a single route change copies the
-//! 32 KiB IPv4 root and one 16 KiB chunk (or an IPv6 path), tens of
-//! microseconds. [`Fib::apply`] folds a whole batch into one snapshot, which
+//! Updates cost a copy of the touched parts: a single route change copies two
+//! 512-byte pointer arrays of the IPv4 root and one 16 KiB chunk (or an IPv6
+//! path), a few microseconds. [`Fib::apply`] folds a whole batch into one snapshot, which
 //! is how the control plane should load a full table.
 
 #![forbid(unsafe_code)]
