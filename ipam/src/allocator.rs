@@ -399,7 +399,13 @@ impl<S: Datastore> Ipam<S> {
             if e.key == self.k_ipam_config() {
                 snap.config = decode(&e)?;
             } else if e.key.starts_with(&pools_prefix) {
-                snap.pools.push(decode(&e)?);
+                let pool: Pool = decode(&e)?;
+                // Written by another tool or an older version: never let a
+                // pool that would break the arithmetic into the allocator.
+                match pool.validate() {
+                    Ok(()) => snap.pools.push(pool),
+                    Err(err) => tracing::warn!(key = %e.key, error = %err, "ignoring invalid pool"),
+                }
             } else if e.key.starts_with(&res_prefix) {
                 let r: Reservation = decode(&e)?;
                 snap.reserved.extend(r.cidrs);

@@ -6,7 +6,7 @@
 //! `BRINDLE_IPAM_STRESS_COUNT` sets the allocations per node (default 200).
 //! The embedded store opened by every process itself (standalone plugins)
 //! costs one open-commit-close (several fsyncs) per operation, so that variant
-//! runs `BRINDLE_IPAM_STRESS_COUNT_SHARED` per node (default 25); through the
+//! runs `BRINDLE_IPAM_STRESS_COUNT_SHARED` per node (default 50); through the
 //! daemon's socket the store is open once and commits in groups, and runs the
 //! full count.
 
@@ -42,7 +42,7 @@ fn per_node_shared() -> u32 {
     std::env::var("BRINDLE_IPAM_STRESS_COUNT_SHARED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(25)
+        .unwrap_or(50)
 }
 
 /// Kills the stress processes if the test fails half-way.
