@@ -231,7 +231,7 @@ fn readers_see_only_legal_answers_while_writers_churn_routes() {
     let writers: Vec<_> = (0..2)
         .map(|seed| {
             let fib = fib.clone();
-            thread::spawn(move || writer_loop(&fib, seed, 1500))
+            thread::spawn(move || writer_loop(&fib, seed, 20_000))
         })
         .collect();
     let writer_results: Vec<_> = writers.into_iter().map(|w| w.join()).collect();
