@@ -8,8 +8,8 @@ use std::fs::File;
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 
 use brindle_wire::MacAddr;
 use nix::sched::{CloneFlags, setns};
@@ -216,11 +216,8 @@ pub fn install_signal_watcher() -> nix::Result<()> {
             }
             eprintln!("\nbrindle-perf: stopping, removing namespaces (again to force)");
             STOP.store(true, Ordering::SeqCst);
-            let forced = Arc::new(AtomicBool::new(false));
-            let timer_forced = forced.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(std::time::Duration::from_secs(10));
-                timer_forced.store(true, Ordering::SeqCst);
                 delete_all_live();
                 std::process::exit(130);
             });
