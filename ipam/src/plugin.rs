@@ -222,9 +222,17 @@ impl Plugin for IpamPlugin {
     }
 
     fn status(&self, req: &Request) -> Result<(), CniError> {
-        let mut inv = Self::open(req).map_err(|e| CniError {
-            code: ErrorCode::PLUGIN_NOT_AVAILABLE,
-            ..e
+        // An unreachable daemon or datastore means "not available"; a bad
+        // config stays a config error.
+        let mut inv = Self::open(req).map_err(|e| {
+            if e.code == ErrorCode::TRY_AGAIN_LATER {
+                CniError {
+                    code: ErrorCode::PLUGIN_NOT_AVAILABLE,
+                    ..e
+                }
+            } else {
+                e
+            }
         })?;
         let status: IpamStatus = inv
             .backend

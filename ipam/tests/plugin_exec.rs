@@ -326,6 +326,17 @@ fn daemon_mode_allocates_through_the_socket_and_fails_softly_without_it() {
     // No daemon: try again later, nothing else.
     let r = exec("ADD", "d1", &conf("1.0.0", ipam_conf.clone()), &[]);
     assert_eq!(r.out["code"], 11, "{}", r.raw);
+    let status = exec(
+        "STATUS",
+        "",
+        &conf("1.1.0", ipam_conf.clone()),
+        &[
+            ("CNI_CONTAINERID", ""),
+            ("CNI_IFNAME", ""),
+            ("CNI_NETNS", ""),
+        ],
+    );
+    assert_eq!(status.out["code"], 50, "{}", status.raw);
 
     // A daemon stand-in: the library's server over an exclusive embedded store.
     let store = EmbeddedStore::open(
