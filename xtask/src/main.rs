@@ -44,6 +44,7 @@ const APT_PACKAGES: &[&str] = &[
     "containernetworking-plugins",
     // portmap and Calico-style rule sets
     "iptables",
+    "ipset",
 ];
 
 /// The Kubernetes schema validator the deploy test runs (from PyPI).
