@@ -9,6 +9,7 @@ use brindle_api::ipam::Attachment;
 use brindle_ipam::model::{IpamConfig, Pool, Reservation};
 use brindle_ipam::store::{Compare, Datastore, Write};
 use brindle_ipam::{AllocateArgs, Ipam, IpamError};
+use ipnet::IpNet;
 
 use super::handle;
 
@@ -530,4 +531,34 @@ pub fn overlapping_pools_are_refused(s: &dyn Datastore, p: &str) {
     let b = Pool::new("b", "10.0.128.0/24".parse().unwrap());
     assert!(matches!(i.put_pool(&b), Err(IpamError::InvalidRequest(_))));
     assert_eq!(i.pools().unwrap().len(), 1);
+}
+
+pub fn disabling_a_pool_or_reserving_addresses_takes_effect_at_once(s: &dyn Datastore, p: &str) {
+    let i = ipam(s, p);
+    let mut pl = pool(&i, "p", "10.0.0.0/24", 26);
+    // The node now has a block it allocates from in one transaction.
+    let first = alloc(&i, "c1", "n1").unwrap();
+    let next: IpAddr = match first {
+        IpAddr::V4(a) => IpAddr::V4((u32::from(a) + 1).into()),
+        IpAddr::V6(_) => unreachable!("IPv4 pool"),
+    };
+    i.put_reservation(&Reservation {
+        name: "r".into(),
+        cidrs: vec![IpNet::from(next)],
+    })
+    .unwrap();
+    let second = alloc(&i, "c2", "n1").unwrap();
+    assert_ne!(second, next, "a reservation applies to the cached block");
+    pl.disabled = true;
+    i.put_pool(&pl).unwrap();
+    assert!(matches!(
+        alloc(&i, "c3", "n1"),
+        Err(IpamError::Exhausted(_))
+    ));
+    assert_eq!(
+        alloc(&i, "c1", "n1").unwrap(),
+        first,
+        "existing allocations stay"
+    );
+    assert_consistent(&i);
 }
