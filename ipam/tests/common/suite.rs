@@ -91,6 +91,10 @@ pub const CASES: &[(&str, Case)] = &[
         "overlapping_pools_are_refused",
         overlapping_pools_are_refused,
     ),
+    (
+        "disabling_a_pool_or_reserving_addresses_takes_effect_at_once",
+        disabling_a_pool_or_reserving_addresses_takes_effect_at_once,
+    ),
 ];
 
 /// Runs every case, each against the store `make` returns for it.
