@@ -16,6 +16,8 @@
 #[forbid(unsafe_code)]
 mod error;
 #[forbid(unsafe_code)]
+pub mod live;
+#[forbid(unsafe_code)]
 mod packet;
 #[forbid(unsafe_code)]
 mod ring;
@@ -28,6 +30,7 @@ mod sys;
 mod umem;
 
 pub use error::{Error, Result};
+pub use live::{LiveFrameConfig, LiveFrameGenerator};
 pub use packet::{PacketConfig, PacketSocket, PacketStats};
 pub use socket::{BindMode, BusyPoll, XdpStats, XskConfig, XskSocket};
 pub use steer::{Role, Steering, SteeringConfig, Verdict, XdpAttachment, XdpCounters, XdpMode};

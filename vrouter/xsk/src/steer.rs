@@ -14,7 +14,7 @@
 //! socket is bound for the queue, the frame goes to the kernel, so a stopped
 //! or crashed vrouter never cuts the node off.
 
-mod asm;
+pub(crate) mod asm;
 
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -319,7 +319,7 @@ impl Steering {
     }
 }
 
-fn load(insns: &[u64], name: &'static str) -> Result<OwnedFd> {
+pub(crate) fn load(insns: &[u64], name: &'static str) -> Result<OwnedFd> {
     match sys::bpf_prog_load_xdp(insns, name, &mut []) {
         Ok(fd) => Ok(fd),
         Err(_) => {

@@ -764,6 +764,71 @@ struct TestRunAttr {
     duration: u32,
 }
 
+/// `union bpf_attr` for BPF_PROG_TEST_RUN, up to `batch_size` (kernel 5.18+).
+#[repr(C)]
+#[derive(Default)]
+struct TestRunFullAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    pad: u32,
+}
+
+/// `struct xdp_md` as BPF_PROG_TEST_RUN takes it for the context.
+#[repr(C)]
+#[derive(Default, Clone, Copy, Debug)]
+pub(crate) struct XdpMd {
+    pub data: u32,
+    pub data_end: u32,
+    pub data_meta: u32,
+    pub ingress_ifindex: u32,
+    pub rx_queue_index: u32,
+    pub egress_ifindex: u32,
+}
+
+/// `BPF_F_TEST_XDP_LIVE_FRAMES`.
+const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
+
+/// BPF_PROG_TEST_RUN in live-frames mode: the kernel runs the XDP program
+/// `repeat` times on copies of `data` in its own page pool, `batch_size`
+/// frames per softirq-disabled batch, and really transmits what the
+/// program redirects (or returns XDP_TX for). No data or context comes
+/// back (the kernel refuses output buffers in this mode).
+pub(crate) fn bpf_prog_test_run_live(
+    prog: BorrowedFd<'_>,
+    data: &[u8],
+    ctx: &XdpMd,
+    repeat: u32,
+    batch_size: u32,
+) -> io::Result<()> {
+    let mut attr = TestRunFullAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        data_size_in: data.len() as u32,
+        data_in: data.as_ptr() as u64,
+        repeat,
+        ctx_size_in: std::mem::size_of::<XdpMd>() as u32,
+        ctx_in: (ctx as *const XdpMd) as u64,
+        flags: BPF_F_TEST_XDP_LIVE_FRAMES,
+        batch_size,
+        ..Default::default()
+    };
+    // `data` and `ctx` are live borrows for the call; the kernel only reads
+    // them (the output pointers stay null, as live mode requires).
+    bpf_call(BPF_PROG_TEST_RUN, &mut attr).map(drop)
+}
+
 /// BPF_PROG_TEST_RUN once on `data`; returns the program's return value.
 /// The output data is not copied back (null `data_out`).
 pub(crate) fn bpf_prog_test_run(prog: BorrowedFd<'_>, data: &[u8]) -> io::Result<u32> {

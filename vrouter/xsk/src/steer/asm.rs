@@ -119,6 +119,12 @@ impl Asm {
         self.emit(BPF_ALU64 | OP_LSH, dst, R0, 0, imm)
     }
 
+    /// `dst = htobe(dst)` over the low `bits` (16, 32 or 64) bits: the
+    /// BPF_END instruction with BPF_TO_BE.
+    pub(crate) fn swap_to_be(&mut self, dst: Reg, bits: i32) -> &mut Self {
+        self.emit(0x04 | 0xd0 | 0x08, dst, R0, 0, bits)
+    }
+
     /// `dst = *(size *)(src + off)`.
     pub(crate) fn load(&mut self, size: Size, dst: Reg, src: Reg, off: i16) -> &mut Self {
         self.emit(BPF_LDX_MEM | size as u8, dst, src, off, 0)
@@ -191,6 +197,15 @@ mod tests {
         let insns = a.finish().unwrap();
         assert_eq!(insns[0].to_le_bytes(), [0xb7, 0x00, 0, 0, 2, 0, 0, 0]);
         assert_eq!(insns[1].to_le_bytes(), [0x95, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn byte_swap_to_big_endian_is_bpf_end_with_the_width_in_imm() {
+        // be64 r1 is dc 01 00 00 40 00 00 00 (llvm-objdump of `r1 = be64 r1`).
+        let mut a = Asm::default();
+        a.swap_to_be(R1, 64);
+        let insns = a.finish().unwrap();
+        assert_eq!(insns[0].to_le_bytes(), [0xdc, 0x01, 0, 0, 0x40, 0, 0, 0]);
     }
 
     #[test]
