@@ -384,6 +384,22 @@ fn ipv4_update(c: &mut Criterion) {
             }
         })
     });
+
+    // The worst single change for DIR-24-8: a default route over the full
+    // table rewrites every entry of every chunk (then removing it restores
+    // them).
+    let default_route: IpNet = "0.0.0.0/0".parse().unwrap();
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(2));
+    group.bench_function(
+        BenchmarkId::new("default_route_add_remove/bgp", size),
+        |b| {
+            b.iter(|| {
+                fib.insert(default_route, NextHop::Host);
+                fib.remove(&default_route);
+            })
+        },
+    );
     group.finish();
 }
 
