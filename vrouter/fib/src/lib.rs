@@ -192,7 +192,7 @@ impl Snapshot {
 
     #[inline]
     fn lookup_v4_batch(&self, dsts: &[Ipv4Addr], out: &mut [Option<NextHop>]) {
-        const BLOCK: usize = 32;
+        const BLOCK: usize = 64;
         let mut entries = [0u32; BLOCK];
         for (dsts, out) in dsts.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
             // First pass: table loads only, independent of each other, so
