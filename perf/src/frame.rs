@@ -216,6 +216,20 @@ pub fn build(spec: &FlowSpec, flow: u16, wire_size: u16, tag: u16) -> Result<Tem
     Ok(template)
 }
 
+/// The frame of `flow` for the live-frames generator: as [`build`], but
+/// with UDP checksum 0 ("no checksum", legal for UDP over IPv4), because
+/// its XDP program writes seq and time into each copy and updates nothing.
+pub fn build_unchecksummed(
+    spec: &FlowSpec,
+    flow: u16,
+    wire_size: u16,
+    tag: u16,
+) -> Result<Vec<u8>, BuildError> {
+    let mut bytes = build(spec, flow, wire_size, tag)?.bytes;
+    bytes[UDP_OFFSET + 6..UDP_OFFSET + 8].fill(0);
+    Ok(bytes)
+}
+
 /// Folded one's-complement sum of a u64 read as four big-endian words.
 #[inline]
 fn sum_u64(x: u64) -> u64 {
@@ -294,6 +308,27 @@ mod tests {
             dst_ip: Ipv4Addr::new(10, 201, 2, 2),
             base_src_port: 10_000,
             dst_port: 9,
+        }
+    }
+
+    #[test]
+    fn live_frames_carry_no_udp_checksum_and_parse_with_any_stamp() {
+        for size in [64u16, 594, 1518] {
+            let mut f = build_unchecksummed(&spec(), 3, size, 0xbeef).unwrap();
+            assert_eq!(f.len(), usize::from(size) - 4);
+            // What the XDP program writes: big-endian seq and time.
+            f[PROBE_OFFSET..PROBE_OFFSET + 8].copy_from_slice(&77u64.to_be_bytes());
+            f[PROBE_OFFSET + 8..PROBE_OFFSET + 16].copy_from_slice(&u64::MAX.to_be_bytes());
+            let eth = EthernetFrame::new_checked(&f[..]).unwrap();
+            let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+            let ip_repr = Ipv4Repr::parse(&ip).expect("ipv4 checksum verifies");
+            let udp = UdpPacket::new_checked(ip.payload()).unwrap();
+            assert_eq!(udp.checksum(), 0);
+            let udp_repr = UdpRepr::parse(&udp, ip_repr.src_addr, ip_repr.dst_addr)
+                .expect("checksum 0 means none");
+            assert_eq!(udp_repr.src_port, 10_003);
+            let p = read_probe(&f).unwrap();
+            assert_eq!((p.seq, p.timestamp_ns, p.tag), (77, u64::MAX, 0xbeef));
         }
     }
 

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use brindle_perf::frame::FrameSize;
 use brindle_perf::report::{Machine, Report, Status, ratios, table};
 use brindle_perf::runner::{RunOptions, Scenario, run_scenario};
-use brindle_perf::traffic::Rate;
+use brindle_perf::traffic::{GeneratorKind, Rate};
 use brindle_perf::{plot, selftest, topo};
 use clap::{Parser, Subcommand};
 
@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run scenarios back to back; print a table, write JSON and SVG plots.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Check the harness itself on real veths: exact counts, detected loss,
     /// sane latency.
     Selftest,
@@ -67,6 +67,10 @@ struct RunArgs {
     /// CPU of the generator.
     #[arg(long, default_value_t = 0)]
     gen_cpu: usize,
+    /// How the generator sends: "live" (BPF_PROG_TEST_RUN live frames, the
+    /// kernel's XDP frame path) or "afxdp" (AF_XDP TX, copy mode).
+    #[arg(long, value_enum, default_value = "live")]
+    generator: GeneratorKind,
     /// CPU of the forwarder (null AF_XDP, brindle).
     #[arg(long, default_value_t = 1)]
     fwd_cpu: usize,
@@ -90,7 +94,7 @@ const CAVEAT: &str = "Measured on a shared 2-core VM while other builds ran: abs
 fn main() -> Result<()> {
     topo::install_signal_watcher().context("install the Ctrl-C handler")?;
     match Cli::parse().command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::Selftest => selftest_command(),
     }
 }
@@ -131,6 +135,7 @@ fn run(args: RunArgs) -> Result<()> {
         },
         gen_cpu: args.gen_cpu,
         fwd_cpu: args.fwd_cpu,
+        generator: args.generator,
         brindle_binary: args.brindle_binary.clone(),
         calico_endpoints: args.calico_endpoints,
         threaded_napi: !args.no_threaded_napi,
@@ -212,8 +217,12 @@ fn selftest_command() -> Result<()> {
     let mut failed = 0;
     for (name, result) in [
         (
-            "plain veth, low rate",
-            selftest::exact_count_on_a_plain_veth().map(|r| r.0),
+            "plain veth, low rate, live generator",
+            selftest::exact_count_on_a_plain_veth(GeneratorKind::Live).map(|r| r.0),
+        ),
+        (
+            "plain veth, low rate, AF_XDP generator",
+            selftest::exact_count_on_a_plain_veth(GeneratorKind::Afxdp).map(|r| r.0),
         ),
         (
             "routed, one flow dropped",

@@ -14,7 +14,9 @@ use crate::frame::{FlowSpec, FrameSize, WIRE_OVERHEAD};
 use crate::report::{ScenarioResult, Status, Trial, TrialKind, cpu_shares, cpu_times, task_cpu_s};
 use crate::search::ZeroLossSearch;
 use crate::topo::{self, Shape, TopoError, Topology, Underlay};
-use crate::traffic::{GeneratorConfig, Rate, Sink, SinkConfig, TrafficError, spawn_generator};
+use crate::traffic::{
+    GeneratorConfig, GeneratorKind, Rate, Sink, SinkConfig, TrafficError, spawn_generator,
+};
 
 /// The scenarios.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -22,6 +24,9 @@ use crate::traffic::{GeneratorConfig, Rate, Sink, SinkConfig, TrafficError, spaw
 pub enum Scenario {
     /// generator — veth — sink, no router: the generator's own ceiling.
     Generator,
+    /// The same with the AF_XDP TX generator, whatever `--generator` says:
+    /// the old generator's ceiling beside the new one's, in the same run.
+    GeneratorAfxdp,
     /// generator — router (kernel IPv4 forwarding) — sink.
     Kernel,
     /// The same with conntrack and a Calico-style iptables rule set.
@@ -40,8 +45,9 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::Generator,
+        Scenario::GeneratorAfxdp,
         Scenario::Kernel,
         Scenario::KernelCalico,
         Scenario::KernelVxlan,
@@ -55,6 +61,7 @@ impl Scenario {
     pub fn name(&self) -> &'static str {
         match self {
             Scenario::Generator => "generator",
+            Scenario::GeneratorAfxdp => "generator-afxdp",
             Scenario::Kernel => "kernel",
             Scenario::KernelCalico => "kernel-calico",
             Scenario::KernelVxlan => "kernel-vxlan",
@@ -70,6 +77,9 @@ impl Scenario {
         match self {
             Scenario::Generator => {
                 "generator -> veth -> sink, no router: the generator's own ceiling"
+            }
+            Scenario::GeneratorAfxdp => {
+                "the same with the AF_XDP copy-mode TX generator: its ceiling, for comparison"
             }
             Scenario::Kernel => {
                 "kernel IPv4 forwarding between two veths (Calico's standard dataplane without policy)"
@@ -95,7 +105,7 @@ impl Scenario {
 
     fn shape(&self) -> Shape {
         match self {
-            Scenario::Generator => Shape::Direct,
+            Scenario::Generator | Scenario::GeneratorAfxdp => Shape::Direct,
             Scenario::KernelVxlan => Shape::TwoNode(Underlay::Vxlan),
             Scenario::KernelIpip => Shape::TwoNode(Underlay::Ipip),
             Scenario::KernelNative => Shape::TwoNode(Underlay::Native),
@@ -133,6 +143,8 @@ pub struct RunOptions {
     pub gen_cpu: usize,
     /// Forwarder CPU.
     pub fwd_cpu: usize,
+    /// How the generator sends (every scenario but `generator-afxdp`).
+    pub generator: GeneratorKind,
     /// brindle-vrouter binary for the brindle scenario.
     pub brindle_binary: PathBuf,
     /// Calico endpoints.
@@ -158,6 +170,7 @@ impl Default for RunOptions {
             latency_reference: Some(Scenario::Kernel),
             gen_cpu: 0,
             fwd_cpu: 1,
+            generator: GeneratorKind::Live,
             brindle_binary: PathBuf::from("brindle-vrouter"),
             calico_endpoints: 50,
             threaded_napi: true,
@@ -225,6 +238,7 @@ pub fn run_trial(
     let stop = Arc::new(AtomicBool::new(false));
     let generator = spawn_generator(
         GeneratorConfig {
+            kind: prepared.generator,
             endpoint: topology.generator.clone(),
             flow: spec,
             flows: options.flows,
@@ -304,6 +318,8 @@ pub struct Prepared {
     pub notes: Vec<String>,
     /// The first hop's NAPI threads, whose CPU time is forwarding work.
     pub napi_threads: Vec<i32>,
+    /// The generator the trials use.
+    pub generator: GeneratorKind,
 }
 
 fn prepare(
@@ -311,12 +327,23 @@ fn prepare(
     topology: &Topology,
     options: &RunOptions,
 ) -> Result<Prepared, RunError> {
-    let mut notes = Vec::new();
+    let generator = match scenario {
+        Scenario::GeneratorAfxdp => GeneratorKind::Afxdp,
+        _ => options.generator,
+    };
+    let mut notes = vec![format!(
+        "generator: {} on CPU {}",
+        match generator {
+            GeneratorKind::Live => "BPF_PROG_TEST_RUN live frames (XDP stamp + redirect)",
+            GeneratorKind::Afxdp => "AF_XDP TX, copy mode",
+        },
+        options.gen_cpu
+    )];
     let mut napi_threads = Vec::new();
     if options.threaded_napi {
-        // veth hands a frame to the peer's NAPI only if the sender has no
+        // veth hands an skb to the peer's NAPI only if the sender has no
         // TSO (or the peer runs XDP): turn it off on the generator's end,
-        // which sends by AF_XDP and has no use for it.
+        // which sends by XDP or AF_XDP and has no use for it.
         if let Some(g) = topology.netns(&topology.generator.ns) {
             g.exec(&["ethtool", "-K", &topology.generator.ifname, "tso", "off"])?;
         }
@@ -370,6 +397,7 @@ fn prepare(
         forwarder,
         notes,
         napi_threads,
+        generator,
     })
 }
 

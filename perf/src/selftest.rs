@@ -14,8 +14,8 @@ use crate::frame::FrameSize;
 use crate::runner::{RunError, flow_spec};
 use crate::topo::{Shape, Topology};
 use crate::traffic::{
-    GeneratorConfig, GeneratorResult, Rate, Sink, SinkConfig, SinkResult, TrafficError,
-    spawn_generator,
+    GeneratorConfig, GeneratorKind, GeneratorResult, Rate, Sink, SinkConfig, SinkResult,
+    TrafficError, spawn_generator,
 };
 
 /// One check's outcome.
@@ -29,8 +29,10 @@ pub struct Check {
     pub detail: String,
 }
 
-/// Sends `rate` pps of `flows` flows for `duration` through `topology`.
+/// Sends `rate` pps of `flows` flows for `duration` through `topology`
+/// with the `kind` generator.
 pub fn send_and_count(
+    kind: GeneratorKind,
     topology: &Topology,
     flows: u16,
     rate: f64,
@@ -47,6 +49,7 @@ pub fn send_and_count(
     })?;
     let sent = spawn_generator(
         GeneratorConfig {
+            kind,
             endpoint: topology.generator.clone(),
             flow: spec,
             flows,
@@ -66,12 +69,21 @@ pub fn send_and_count(
     Ok((sent, seen))
 }
 
-/// Plain veth pair, 2000 pps for 0.5 s: received == sent, nothing lost or
-/// reordered, latency min > 0 and p50 <= p99 <= max.
-pub fn exact_count_on_a_plain_veth() -> Result<(Vec<Check>, GeneratorResult, SinkResult), RunError>
-{
+/// Plain veth pair, 2000 pps for 0.5 s with the `kind` generator:
+/// received == sent, nothing lost or reordered, latency min > 0 and
+/// p50 <= p99 <= max.
+pub fn exact_count_on_a_plain_veth(
+    kind: GeneratorKind,
+) -> Result<(Vec<Check>, GeneratorResult, SinkResult), RunError> {
     let topology = Topology::build(Shape::Direct)?;
-    let (sent, seen) = send_and_count(&topology, 4, 2_000.0, Duration::from_millis(500), 0x5e1f)?;
+    let (sent, seen) = send_and_count(
+        kind,
+        &topology,
+        4,
+        2_000.0,
+        Duration::from_millis(500),
+        0x5e1f,
+    )?;
     let c = &seen.counter;
     let mut checks = vec![Check {
         name: "sink counts exactly the frames sent".into(),
@@ -126,7 +138,14 @@ pub fn loss_of_one_dropped_flow_is_counted()
     router.exec(&[
         "iptables", "-A", "FORWARD", "-p", "udp", "--sport", &port, "-j", "DROP",
     ])?;
-    let (sent, seen) = send_and_count(&topology, 4, 4_000.0, Duration::from_millis(500), 0x5e20)?;
+    let (sent, seen) = send_and_count(
+        GeneratorKind::Live,
+        &topology,
+        4,
+        4_000.0,
+        Duration::from_millis(500),
+        0x5e20,
+    )?;
     let c = &seen.counter;
     let dropped_sent = sent
         .per_flow

@@ -610,6 +610,16 @@ impl Topology {
                 (a_in, None)
             }
         };
+        // The live-frames generator's frames enter the first hop's veth by
+        // ndo_xdp_xmit, which drops them unless that veth has NAPI: GRO
+        // gives it one (an XDP program there would too, as the sink has).
+        if let Some(n) = nodes
+            .iter()
+            .chain([&gen_ns, &sink_ns])
+            .find(|n| n.name == first_rx.0)
+        {
+            n.exec(&["ethtool", "-K", &first_rx.1, "gro", "on"])?;
+        }
         Ok(Topology {
             shape,
             generator: Endpoint {

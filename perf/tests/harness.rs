@@ -10,7 +10,7 @@ use brindle_perf::frame::FrameSize;
 use brindle_perf::report::{ScenarioResult, Status, TrialKind};
 use brindle_perf::runner::{RunOptions, Scenario, run_scenario};
 use brindle_perf::selftest;
-use brindle_perf::traffic::Rate;
+use brindle_perf::traffic::{GeneratorKind, Rate};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -33,8 +33,18 @@ fn namespaces_with_prefix(prefix: &str) -> Vec<String> {
 
 #[test]
 #[ignore = "requires root and network namespaces"]
-fn the_sink_counts_exactly_what_the_generator_sent_on_a_plain_veth() {
-    let (checks, sent, seen) = selftest::exact_count_on_a_plain_veth().unwrap();
+fn the_sink_counts_exactly_what_the_live_generator_sent_on_a_plain_veth() {
+    exact_count(GeneratorKind::Live);
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn the_sink_counts_exactly_what_the_afxdp_generator_sent_on_a_plain_veth() {
+    exact_count(GeneratorKind::Afxdp);
+}
+
+fn exact_count(kind: GeneratorKind) {
+    let (checks, sent, seen) = selftest::exact_count_on_a_plain_veth(kind).unwrap();
     for c in &checks {
         assert!(c.passed, "{}: {}", c.name, c.detail);
     }

@@ -30,7 +30,7 @@ mod sys;
 mod umem;
 
 pub use error::{Error, Result};
-pub use live::{LiveFrameConfig, LiveFrameGenerator};
+pub use live::{FlowRotation, LiveFrameConfig, LiveFrameGenerator};
 pub use packet::{PacketConfig, PacketSocket, PacketStats};
 pub use socket::{BindMode, BusyPoll, XdpStats, XskConfig, XskSocket};
 pub use steer::{Role, Steering, SteeringConfig, Verdict, XdpAttachment, XdpCounters, XdpMode};

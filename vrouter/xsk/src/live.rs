@@ -23,17 +23,35 @@
 //! frame must not cover the stamped bytes with one: for UDP over IPv4, a
 //! UDP checksum of 0 ("none", RFC 768).
 //!
+//! Optionally it also writes a UDP source port from the sequence number
+//! (`base + seq % count`), so one call sends every flow in turn, and paces
+//! itself: a run whose frame is not due yet returns XDP_DROP before
+//! stamping (the kernel recycles the page at once), so a fixed rate comes
+//! out evenly spaced instead of in bursts.
+//!
+//! Why one long call rather than many short ones with sleeps in between:
+//! each BPF_PROG_TEST_RUN call here costs about 25 ms of wall time beyond
+//! its frames (the kernel tears down the call's page pool, which waits for
+//! an RCU grace period), so short calls cap out near 40 calls a second,
+//! and the debt they leave comes out as line-rate bursts the receiving
+//! veth's 256-slot ring overflows on. [`LiveFrameGenerator::send_for`]
+//! makes one call with a huge repeat count and ends it with a signal to the
+//! calling thread at the deadline (the kernel checks for pending signals
+//! between batches and returns EINTR).
+//!
 //! The sequence counter is a plain (not per-CPU, not atomic) array entry:
 //! one generator calls [`LiveFrameGenerator::send`] from one thread at a
 //! time (the type is `Send` but its methods that run the program take
 //! `&mut self`), and the kernel runs one call's batches on one CPU.
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::error::{Context, Error, Result};
 use crate::steer::{
     self,
-    asm::{Asm, Cond, R0, R1, R2, R6, R7, R8, R10, Size},
+    asm::{Asm, Cond, R0, R1, R2, R3, R4, R6, R7, R8, R9, R10, Size},
 };
 use crate::sys::{self, MapCreateAttr, MapFd, XdpMd};
 
@@ -71,6 +89,34 @@ pub struct LiveFrameConfig {
     pub seq_offset: Option<u16>,
     /// Where the big-endian CLOCK_MONOTONIC nanoseconds go, if anywhere.
     pub timestamp_offset: Option<u16>,
+    /// Rotate a big-endian 16-bit field (a UDP source port) over flows.
+    pub flows: Option<FlowRotation>,
+}
+
+/// `frame[offset..offset + 2] = base + seq % count`, big-endian.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowRotation {
+    /// Byte offset of the field (34 for the UDP source port of an
+    /// untagged IPv4 frame without options).
+    pub offset: u16,
+    /// Value of flow 0.
+    pub base: u16,
+    /// Number of flows, 1 or more; `base + count - 1` must fit in 16 bits.
+    pub count: u16,
+}
+
+impl FlowRotation {
+    /// How many of the sequence numbers `start..end` are flow `flow`'s.
+    pub fn frames_of(&self, flow: u16, start: u64, end: u64) -> u64 {
+        let count = u64::from(self.count.max(1));
+        let flow = u64::from(flow);
+        if flow >= count || end <= start {
+            return 0;
+        }
+        // Numbers below n that are ≡ flow (mod count).
+        let below = |n: u64| n / count + u64::from(n % count > flow);
+        below(end) - below(start)
+    }
 }
 
 impl LiveFrameConfig {
@@ -80,6 +126,7 @@ impl LiveFrameConfig {
             .into_iter()
             .flatten()
             .map(|o| usize::from(o) + 8)
+            .chain(self.flows.map(|f| usize::from(f.offset) + 2))
             .max()
             .unwrap_or(0)
             .max(MIN_FRAME)
@@ -100,6 +147,15 @@ impl LiveFrameConfig {
             && s.abs_diff(t) < 8
         {
             return Err(Error::Config("sequence and timestamp stamps overlap"));
+        }
+        if let Some(f) = self.flows {
+            if f.count == 0 || u32::from(f.base) + u32::from(f.count) - 1 > u32::from(u16::MAX) {
+                return Err(Error::Config("flow count 0 or flow values beyond 16 bits"));
+            }
+            let overlaps = |o: Option<u16>| o.is_some_and(|o| f.offset + 2 > o && f.offset < o + 8);
+            if overlaps(self.seq_offset) || overlaps(self.timestamp_offset) {
+                return Err(Error::Config("flow field overlaps a stamp"));
+            }
         }
         Ok(())
     }
@@ -132,7 +188,7 @@ impl LiveFrameGenerator {
         let seq = sys::bpf_map_create(&mut MapCreateAttr {
             map_type: BPF_MAP_TYPE_ARRAY,
             key_size: 4,
-            value_size: 8,
+            value_size: STATE_SIZE as u32,
             max_entries: 1,
             map_name: *b"brindle_gen_seq\0",
             ..Default::default()
@@ -203,20 +259,164 @@ impl LiveFrameGenerator {
         .ctx("BPF_PROG_TEST_RUN (live frames)")
     }
 
-    /// The sequence number the next frame gets: the number of program runs
-    /// so far plus the start set by [`Self::set_next_seq`]. Frames the
-    /// egress device refused still took a number.
+    /// Sends the frame given to `new` until `duration` has passed or
+    /// `stop()` says so (checked every few milliseconds), as fast as the
+    /// kernel can or at the rate set by [`Self::set_rate`]. Returns the
+    /// number of frames sent (stamped and redirected), which is also how
+    /// far the sequence counter moved.
+    ///
+    /// One BPF_PROG_TEST_RUN call with a huge repeat count, ended by
+    /// `SIGUSR2` to the calling thread: this installs a handler for that
+    /// signal that does nothing (and unblocks it in this thread), so the
+    /// process must not use `SIGUSR2` for anything else.
+    pub fn send_for(
+        &mut self,
+        duration: Duration,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Result<u64> {
+        sys::prepare_interrupt_signal().ctx("install the SIGUSR2 handler")?;
+        let start_seq = self.next_seq()?;
+        let deadline = Instant::now() + duration;
+        let over = || Instant::now() >= deadline || stop();
+        let me = sys::current_thread();
+        let done = AtomicBool::new(false);
+        let outcome = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    if over() {
+                        // Again every millisecond: a signal that lands
+                        // between two calls interrupts nothing.
+                        let _ = sys::interrupt(me);
+                        std::thread::sleep(Duration::from_millis(1));
+                    } else {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        std::thread::sleep(left.min(Duration::from_millis(5)));
+                    }
+                }
+            });
+            let mut outcome = Ok(());
+            while !over() {
+                match sys::bpf_prog_test_run_live(
+                    self.prog.as_fd(),
+                    &self.frame,
+                    &self.ctx,
+                    u32::MAX,
+                    self.config.batch_size,
+                ) {
+                    Ok(()) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                    Err(source) => {
+                        outcome = Err(Error::Sys {
+                            what: "BPF_PROG_TEST_RUN (live frames)",
+                            source,
+                        });
+                        break;
+                    }
+                }
+            }
+            // The timer thread may signal once more before it sees this; the
+            // handler runs while this thread waits for the scope, harmlessly.
+            done.store(true, Ordering::Release);
+            outcome
+        });
+        outcome?;
+        Ok(self.next_seq()? - start_seq)
+    }
+
+    /// Paces the program at `pps` frames a second (`None`: as fast as it
+    /// runs). A run whose frame is not due returns XDP_DROP unstamped.
+    /// When the program falls behind by more than `burst` frames (the
+    /// thread was preempted, or between calls), it forgives the debt
+    /// instead of sending it at line rate: the offered rate then comes out
+    /// below `pps`, which the caller sees in the count `send_for` returns.
+    pub fn set_rate(&self, pps: Option<f64>, burst: u32) -> Result<()> {
+        let mut state = self.state()?;
+        match pps {
+            Some(pps) if pps > 0.0 => {
+                let interval = (1e9 * 256.0 / pps).clamp(1.0, u64::MAX as f64 / 4.0) as u64;
+                state.interval256 = interval;
+                state.slack256 = interval.saturating_mul(u64::from(burst.max(1)));
+            }
+            _ => {
+                state.interval256 = 0;
+                state.slack256 = 0;
+            }
+        }
+        // The first due frame is the next run's.
+        state.due256 = 0;
+        self.set_state(&state)
+    }
+
+    /// The sequence number the next frame gets: the number of frames
+    /// stamped so far plus the start set by [`Self::set_next_seq`]. Frames
+    /// the egress device refused still took a number.
     pub fn next_seq(&self) -> Result<u64> {
-        let mut value = [0u8; 8];
-        sys::bpf_map_lookup(&self.seq, &0u32.to_ne_bytes(), &mut value)
-            .ctx("read sequence counter")?;
-        Ok(u64::from_ne_bytes(value))
+        Ok(self.state()?.seq)
     }
 
     /// Sets the next sequence number.
     pub fn set_next_seq(&self, seq: u64) -> Result<()> {
-        sys::bpf_map_update(&self.seq, &0u32.to_ne_bytes(), &seq.to_ne_bytes(), 0)
-            .ctx("set sequence counter")
+        let mut state = self.state()?;
+        state.seq = seq;
+        self.set_state(&state)
+    }
+
+    fn state(&self) -> Result<State> {
+        let mut value = [0u8; STATE_SIZE];
+        sys::bpf_map_lookup(&self.seq, &0u32.to_ne_bytes(), &mut value)
+            .ctx("read generator state")?;
+        Ok(State::from_bytes(&value))
+    }
+
+    fn set_state(&self, state: &State) -> Result<()> {
+        sys::bpf_map_update(&self.seq, &0u32.to_ne_bytes(), &state.to_bytes(), 0)
+            .ctx("write generator state")
+    }
+}
+
+/// The program's state: one array entry of four native-endian `u64`s.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct State {
+    /// The next sequence number.
+    seq: u64,
+    /// When the next frame is due, CLOCK_MONOTONIC ns × 256.
+    due256: u64,
+    /// Nanoseconds × 256 between frames; 0 = no pacing.
+    interval256: u64,
+    /// How far behind (ns × 256) the program may fall before it forgives.
+    slack256: u64,
+}
+
+const STATE_SIZE: usize = 32;
+const STATE_SEQ: i16 = 0;
+const STATE_DUE: i16 = 8;
+const STATE_INTERVAL: i16 = 16;
+const STATE_SLACK: i16 = 24;
+
+impl State {
+    fn from_bytes(b: &[u8; STATE_SIZE]) -> State {
+        let at = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i..i + 8]);
+            u64::from_ne_bytes(w)
+        };
+        State {
+            seq: at(0),
+            due256: at(8),
+            interval256: at(16),
+            slack256: at(24),
+        }
+    }
+
+    fn to_bytes(self) -> [u8; STATE_SIZE] {
+        let mut b = [0u8; STATE_SIZE];
+        for (i, v) in [self.seq, self.due256, self.interval256, self.slack256]
+            .into_iter()
+            .enumerate()
+        {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
+        }
+        b
     }
 }
 
@@ -235,34 +435,63 @@ const MD_DATA: i16 = 0;
 const MD_DATA_END: i16 = 4;
 
 /// The stamp-and-redirect program. Registers: r6 = ctx, r7 = data,
-/// r8 = data_end (callee-saved, so they survive the helper calls).
+/// r8 = data_end, r9 = the state entry (callee-saved, so they survive the
+/// helper calls).
 pub(crate) fn program(
     config: &LiveFrameConfig,
-    seq_map: i32,
+    state_map: i32,
 ) -> Result<Vec<u64>, steer::asm::AsmError> {
     let mut a = Asm::default();
     let drop = a.label();
+    let stamp = a.label();
+    let keep_due = a.label();
     let need = config.min_frame_len() as i32;
     a.mov_reg(R6, R1)
         .load(Size::W, R7, R6, MD_DATA)
         .load(Size::W, R8, R6, MD_DATA_END)
         .mov_reg(R2, R7)
         .add_imm(R2, need)
-        .jump_reg(Cond::Gt, R2, R8, drop);
+        .jump_reg(Cond::Gt, R2, R8, drop)
+        .store_imm(Size::W, R10, -4, 0)
+        .load_map_fd(R1, state_map)
+        .mov_reg(R2, R10)
+        .add_imm(R2, -4)
+        .call(HELPER_MAP_LOOKUP_ELEM)
+        .jump_imm(Cond::Eq, R0, 0, drop)
+        .mov_reg(R9, R0);
+
+    // Pacing: not due yet -> drop unstamped. Due: the next one is an
+    // interval later, or an interval from now when far behind.
+    a.load(Size::Dw, R1, R9, STATE_INTERVAL)
+        .jump_imm(Cond::Eq, R1, 0, stamp)
+        .call(HELPER_KTIME_GET_NS)
+        .lsh_imm(R0, 8)
+        .load(Size::Dw, R2, R9, STATE_DUE)
+        .jump_reg(Cond::Lt, R0, R2, drop)
+        .load(Size::Dw, R4, R9, STATE_SLACK)
+        .add_reg(R4, R2)
+        .jump_reg(Cond::Gt, R4, R0, keep_due)
+        .mov_reg(R2, R0);
+    a.bind(keep_due);
+    a.load(Size::Dw, R1, R9, STATE_INTERVAL)
+        .add_reg(R2, R1)
+        .store_reg(Size::Dw, R9, STATE_DUE, R2);
+
+    // seq = state.seq++, and the flow from it.
+    a.bind(stamp);
+    a.load(Size::Dw, R1, R9, STATE_SEQ)
+        .mov_reg(R2, R1)
+        .add_imm(R2, 1)
+        .store_reg(Size::Dw, R9, STATE_SEQ, R2);
+    if let Some(f) = config.flows {
+        a.mov_reg(R3, R1)
+            .mod_imm(R3, i32::from(f.count.max(1)))
+            .add_imm(R3, i32::from(f.base))
+            .swap_to_be(R3, 16)
+            .store_reg(Size::H, R7, f.offset as i16, R3);
+    }
     if let Some(off) = config.seq_offset {
-        // seq = counter++, written big-endian.
-        a.store_imm(Size::W, R10, -4, 0)
-            .load_map_fd(R1, seq_map)
-            .mov_reg(R2, R10)
-            .add_imm(R2, -4)
-            .call(HELPER_MAP_LOOKUP_ELEM)
-            .jump_imm(Cond::Eq, R0, 0, drop)
-            .load(Size::Dw, R1, R0, 0)
-            .mov_reg(R2, R1)
-            .add_imm(R2, 1)
-            .store_reg(Size::Dw, R0, 0, R2)
-            .swap_to_be(R1, 64)
-            .store_reg(Size::Dw, R7, off as i16, R1);
+        a.swap_to_be(R1, 64).store_reg(Size::Dw, R7, off as i16, R1);
     }
     if let Some(off) = config.timestamp_offset {
         a.call(HELPER_KTIME_GET_NS)
@@ -290,6 +519,11 @@ mod tests {
             batch_size: 64,
             seq_offset: Some(42),
             timestamp_offset: Some(50),
+            flows: Some(FlowRotation {
+                offset: 34,
+                base: 10_000,
+                count: 16,
+            }),
         }
     }
 
@@ -314,6 +548,30 @@ mod tests {
                 seq_offset: Some(4000),
                 ..config()
             },
+            LiveFrameConfig {
+                flows: Some(FlowRotation {
+                    offset: 49,
+                    base: 1,
+                    count: 2,
+                }),
+                ..config()
+            },
+            LiveFrameConfig {
+                flows: Some(FlowRotation {
+                    offset: 34,
+                    base: 65_535,
+                    count: 2,
+                }),
+                ..config()
+            },
+            LiveFrameConfig {
+                flows: Some(FlowRotation {
+                    offset: 34,
+                    base: 1,
+                    count: 0,
+                }),
+                ..config()
+            },
         ];
         for c in bad {
             assert!(c.validate().is_err(), "{c:?}");
@@ -321,6 +579,7 @@ mod tests {
         let plain = LiveFrameConfig {
             seq_offset: None,
             timestamp_offset: None,
+            flows: None,
             ..config()
         };
         assert_eq!(plain.min_frame_len(), 14);
@@ -363,14 +622,67 @@ mod tests {
     }
 
     #[test]
-    fn without_stamps_the_program_only_redirects() {
+    fn without_stamps_the_program_writes_nothing_into_the_frame() {
         let c = LiveFrameConfig {
             seq_offset: None,
             timestamp_offset: None,
+            flows: None,
             ..config()
         };
         let insns = program(&c, 3).unwrap();
-        assert!(!insns.iter().any(|&i| (i & 0xff) == 0xdc));
-        assert!(!insns.iter().any(|&i| (i & 0xff) == 0x18), "no map load");
+        assert!(!insns.iter().any(|&i| (i & 0xff) == 0xdc), "no byte swap");
+        // Stores into r7 (the packet): none.
+        assert!(
+            !insns
+                .iter()
+                .any(|&i| matches!(i & 0xff, 0x6b | 0x7b) && (i >> 8) & 0x0f == 7)
+        );
+    }
+
+    #[test]
+    fn the_flow_field_is_base_plus_seq_mod_count_big_endian() {
+        let insns = program(&config(), 3).unwrap();
+        let op = |i: u64| (i & 0xff) as u8;
+        let imm = |i: u64| (i >> 32) as i32;
+        let m = insns.iter().position(|&i| op(i) == 0x97).unwrap();
+        assert_eq!(imm(insns[m]), 16);
+        assert_eq!(op(insns[m + 1]), 0x07);
+        assert_eq!(imm(insns[m + 1]), 10_000);
+        assert_eq!(op(insns[m + 2]), 0xdc);
+        assert_eq!(imm(insns[m + 2]), 16);
+        // *(u16 *)(r7 + 34) = r3
+        assert_eq!(op(insns[m + 3]), 0x6b);
+        assert_eq!((insns[m + 3] >> 16) & 0xffff, 34);
+    }
+
+    #[test]
+    fn frames_of_a_flow_count_the_sequence_numbers_of_that_residue() {
+        let f = FlowRotation {
+            offset: 34,
+            base: 0,
+            count: 4,
+        };
+        // 0..10: flows 0,1 get 3 (0,4,8 / 1,5,9); 2,3 get 2.
+        let counts: Vec<u64> = (0..4).map(|k| f.frames_of(k, 0, 10)).collect();
+        assert_eq!(counts, [3, 3, 2, 2]);
+        // 5..7 is seq 5 (flow 1) and 6 (flow 2).
+        let counts: Vec<u64> = (0..4).map(|k| f.frames_of(k, 5, 7)).collect();
+        assert_eq!(counts, [0, 1, 1, 0]);
+        for (start, end) in [(0, 0), (3, 1000), (1_000_001, 1_000_007)] {
+            let total: u64 = (0..4).map(|k| f.frames_of(k, start, end)).sum();
+            assert_eq!(total, end.saturating_sub(start));
+        }
+        assert_eq!(f.frames_of(4, 0, 100), 0);
+    }
+
+    #[test]
+    fn state_round_trips_through_its_bytes() {
+        let s = State {
+            seq: 1,
+            due256: 2,
+            interval256: 3,
+            slack256: u64::MAX,
+        };
+        assert_eq!(State::from_bytes(&s.to_bytes()), s);
     }
 }

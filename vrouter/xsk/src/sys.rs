@@ -829,6 +829,64 @@ pub(crate) fn bpf_prog_test_run_live(
     bpf_call(BPF_PROG_TEST_RUN, &mut attr).map(drop)
 }
 
+/// The signal that ends a live-frames run early (see `LiveFrameGenerator::send_for`).
+pub(crate) const INTERRUPT_SIGNAL: libc::c_int = libc::SIGUSR2;
+
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+/// Makes [`INTERRUPT_SIGNAL`] interrupt system calls of the calling thread
+/// without killing the process: a handler that does nothing, installed
+/// without `SA_RESTART` (so the bpf syscall returns EINTR), and the signal
+/// unblocked in this thread.
+pub(crate) fn prepare_interrupt_signal() -> io::Result<()> {
+    // SAFETY: sigaction is plain old data; all-zero is a valid value.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = ignore_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    action.sa_flags = 0;
+    // SAFETY: `action.sa_mask` is a valid sigset_t owned by us.
+    cvt(unsafe { libc::sigemptyset(&mut action.sa_mask) })?;
+    // SAFETY: the handler does nothing, which is async-signal-safe, and it
+    // stays valid for the life of the process (a plain function); the old
+    // action is not wanted (null).
+    cvt(unsafe { libc::sigaction(INTERRUPT_SIGNAL, &action, std::ptr::null_mut()) })?;
+    // SAFETY: sigset_t is plain old data, initialised by sigemptyset next.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t owned by us.
+    cvt(unsafe { libc::sigemptyset(&mut set) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::sigaddset(&mut set, INTERRUPT_SIGNAL) })?;
+    // SAFETY: `set` is valid for the call; the old mask is not wanted.
+    let ret = unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(())
+}
+
+/// A thread that [`interrupt`] may signal.
+#[derive(Clone, Copy)]
+pub(crate) struct ThreadId(libc::pthread_t);
+
+/// The calling thread.
+pub(crate) fn current_thread() -> ThreadId {
+    // SAFETY: pthread_self has no preconditions and cannot fail.
+    ThreadId(unsafe { libc::pthread_self() })
+}
+
+/// Sends [`INTERRUPT_SIGNAL`] to `thread`.
+///
+/// The caller must know `thread` is still running: `send_for` only signals
+/// from a scoped thread while the target waits for that scope to end.
+pub(crate) fn interrupt(thread: ThreadId) -> io::Result<()> {
+    // SAFETY: the pthread_t names a live thread (see above); the signal's
+    // handler was installed by prepare_interrupt_signal.
+    let ret = unsafe { libc::pthread_kill(thread.0, INTERRUPT_SIGNAL) };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(())
+}
+
 /// BPF_PROG_TEST_RUN once on `data`; returns the program's return value.
 /// The output data is not copied back (null `data_out`).
 pub(crate) fn bpf_prog_test_run(prog: BorrowedFd<'_>, data: &[u8]) -> io::Result<u32> {

@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, UdpSocket};
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
-use brindle_xsk::{LiveFrameConfig, LiveFrameGenerator, ifindex};
+use brindle_xsk::{FlowRotation, LiveFrameConfig, LiveFrameGenerator, ifindex};
 use common::{Netns, mac, udp_frame, unique_octet, veth};
 use nix::sys::socket::{setsockopt, sockopt};
 use nix::time::{ClockId, clock_gettime};
@@ -78,6 +78,7 @@ fn every_generated_frame_arrives_once_with_its_own_sequence_number() -> Result<(
                 batch_size: 32,
                 seq_offset: Some(SEQ_OFFSET),
                 timestamp_offset: Some(SEQ_OFFSET + 8),
+                flows: None,
             },
         )?;
         generator.set_next_seq(5)?;
@@ -124,6 +125,100 @@ fn every_generated_frame_arrives_once_with_its_own_sequence_number() -> Result<(
     assert!(
         (before..=after).contains(&last_ts),
         "timestamp {last_ts} is CLOCK_MONOTONIC between {before} and {after}"
+    );
+    Ok(())
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn a_paced_timed_run_rotates_flows_and_its_count_is_what_arrived() -> Result<()> {
+    const RATE: f64 = 2_000.0;
+    const FLOWS: u16 = 4;
+    let ns_gen = Netns::new("lg")?;
+    let ns_sink = Netns::new("ls")?;
+    let o = unique_octet();
+    let (gen_addr, sink_addr) = (Ipv4Addr::new(10, 208, o, 1), Ipv4Addr::new(10, 208, o, 2));
+    veth(
+        &ns_gen,
+        "lg0",
+        mac(9, 1),
+        Some(&format!("{gen_addr}/24")),
+        &ns_sink,
+        "ls0",
+        mac(9, 2),
+        Some(&format!("{sink_addr}/24")),
+    )?;
+    ns_sink.exec(&["ethtool", "-K", "ls0", "gro", "on"])?;
+    let sock = ns_sink.enter(|| UdpSocket::bind((sink_addr, 9000)))?;
+    sock.set_read_timeout(Some(Duration::from_millis(300)))?;
+    setsockopt(&sock, sockopt::RcvBufForce, &(16 << 20))?;
+    let payload = vec![0u8; 16];
+    let frame = udp_frame(
+        mac(9, 2),
+        mac(9, 1),
+        gen_addr,
+        sink_addr,
+        4000,
+        9000,
+        &payload,
+    );
+
+    let started = std::time::Instant::now();
+    let sent = ns_gen.enter(|| -> Result<u64> {
+        let mut generator = LiveFrameGenerator::new(
+            &frame,
+            LiveFrameConfig {
+                egress_ifindex: ifindex("lg0")?,
+                ingress_ifindex: 0,
+                rx_queue: 0,
+                batch_size: 0,
+                seq_offset: Some(SEQ_OFFSET),
+                timestamp_offset: Some(SEQ_OFFSET + 8),
+                flows: Some(FlowRotation {
+                    offset: 14 + 20,
+                    base: 5000,
+                    count: FLOWS,
+                }),
+            },
+        )?;
+        generator.set_rate(Some(RATE), 8)?;
+        let sent = generator.send_for(Duration::from_millis(400), &|| false)?;
+        ensure!(generator.next_seq()? == sent, "the counter started at 0");
+        Ok(sent)
+    })?;
+    let elapsed = started.elapsed().as_secs_f64();
+
+    let mut seqs = BTreeSet::new();
+    let mut per_flow = [0u64; FLOWS as usize];
+    let mut buf = [0u8; 2048];
+    while let Ok((n, from)) = sock.recv_from(&mut buf) {
+        ensure!(n == payload.len(), "payload length {n}");
+        let seq = u64::from_be_bytes(buf[..8].try_into()?);
+        ensure!(seqs.insert(seq), "sequence number {seq} twice");
+        let flow = from.port().wrapping_sub(5000);
+        ensure!(flow < FLOWS, "source port {}", from.port());
+        ensure!(
+            u64::from(flow) == seq % u64::from(FLOWS),
+            "seq {seq} from flow {flow}"
+        );
+        per_flow[usize::from(flow)] += 1;
+    }
+    ensure!(sent > 0, "nothing sent");
+    assert_eq!(seqs.len() as u64, sent, "every frame sent arrived, once");
+    assert_eq!(seqs, (0..sent).collect::<BTreeSet<u64>>());
+    let rotation = FlowRotation {
+        offset: 34,
+        base: 5000,
+        count: FLOWS,
+    };
+    for (k, &n) in per_flow.iter().enumerate() {
+        assert_eq!(n, rotation.frames_of(k as u16, 0, sent), "flow {k}");
+    }
+    // Paced: never more than the rate allows over the whole run, plus the
+    // first frame and the burst allowance.
+    assert!(
+        (sent as f64) <= RATE * elapsed + 1.0 + 8.0,
+        "{sent} frames in {elapsed:.3} s at {RATE} pps"
     );
     Ok(())
 }

@@ -46,6 +46,7 @@ const BPF_JMP: u8 = 0x05;
 const BPF_X: u8 = 0x08;
 const OP_ADD: u8 = 0x00;
 const OP_AND: u8 = 0x50;
+const OP_MOD: u8 = 0x90;
 const OP_LSH: u8 = 0x60;
 const OP_MOV: u8 = 0xb0;
 const OP_CALL: u8 = 0x80;
@@ -113,6 +114,11 @@ impl Asm {
 
     pub(crate) fn and_imm(&mut self, dst: Reg, imm: i32) -> &mut Self {
         self.emit(BPF_ALU64 | OP_AND, dst, R0, 0, imm)
+    }
+
+    /// `dst %= imm` (unsigned; the verifier refuses imm 0).
+    pub(crate) fn mod_imm(&mut self, dst: Reg, imm: i32) -> &mut Self {
+        self.emit(BPF_ALU64 | OP_MOD, dst, R0, 0, imm)
     }
 
     pub(crate) fn lsh_imm(&mut self, dst: Reg, imm: i32) -> &mut Self {
@@ -206,6 +212,11 @@ mod tests {
         a.swap_to_be(R1, 64);
         let insns = a.finish().unwrap();
         assert_eq!(insns[0].to_le_bytes(), [0xdc, 0x01, 0, 0, 0x40, 0, 0, 0]);
+        // r3 %= 16 is 97 03 00 00 10 00 00 00.
+        let mut a = Asm::default();
+        a.mod_imm(R3, 16);
+        let insns = a.finish().unwrap();
+        assert_eq!(insns[0].to_le_bytes(), [0x97, 0x03, 0, 0, 16, 0, 0, 0]);
     }
 
     #[test]
