@@ -274,7 +274,7 @@ impl Speaker {
         self.ask(|tx| Command::AddPeer(peer, tx)).await?
     }
 
-    /// Ends the session (Cease/Peer De-configured) and forgets the peer and
+    /// Ends the session (Cease/Administrative Shutdown) and forgets the peer and
     /// its routes.
     pub async fn remove_peer(&self, address: IpAddr) -> Result<(), SpeakerError> {
         self.ask(|tx| Command::RemovePeer(address, tx)).await?
