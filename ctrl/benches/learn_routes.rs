@@ -25,7 +25,11 @@ const PADDING: u32 = 5000;
 
 /// The i-th /24: the table from 20.0.0.0 upwards, padding in 100.64.0.0/10.
 fn prefix(i: u32, n: u32) -> [u8; 3] {
-    let a = if i < n { (20u32 << 16) + i } else { (100u32 << 16) + (64 << 8) + (i - n) };
+    let a = if i < n {
+        (20u32 << 16) + i
+    } else {
+        (100u32 << 16) + (64 << 8) + (i - n)
+    };
     [(a >> 16) as u8, (a >> 8) as u8, a as u8]
 }
 
@@ -51,7 +55,9 @@ fn write_mrt(path: &std::path::Path, n: u32) -> Result<()> {
     pit.extend_from_slice(&65010u32.to_be_bytes());
     record(&mut out, 1, &pit);
     // ORIGIN IGP, AS_PATH [65010] (4-octet), NEXT_HOP 10.0.0.1.
-    let attrs: &[u8] = &[0x40, 1, 1, 0, 0x40, 2, 6, 2, 1, 0, 0, 0xfd, 0xf2, 0x40, 3, 4, 10, 0, 0, 1];
+    let attrs: &[u8] = &[
+        0x40, 1, 1, 0, 0x40, 2, 6, 2, 1, 0, 0, 0xfd, 0xf2, 0x40, 3, 4, 10, 0, 0, 1,
+    ];
     for i in 0..entries {
         let mut e = Vec::with_capacity(48);
         e.extend_from_slice(&i.to_be_bytes());
@@ -69,7 +75,9 @@ fn write_mrt(path: &std::path::Path, n: u32) -> Result<()> {
 }
 
 fn gobgp_count(ns: &Netns) -> Result<u64> {
-    let out = ns.exec(&["gobgp", "-p", "50051", "global", "rib", "summary", "-a", "ipv4"])?;
+    let out = ns.exec(&[
+        "gobgp", "-p", "50051", "global", "rib", "summary", "-a", "ipv4",
+    ])?;
     // "Table ipv4-unicast\nDestination: N, Path: N"
     let n = out
         .split("Destination:")
@@ -94,7 +102,14 @@ fn run_one(n: u32) -> Result<()> {
          [neighbors.transport.config]\n    passive-mode = true\n\
          [[neighbors.afi-safis]]\n  [neighbors.afi-safis.config]\n    afi-safi-name = \"ipv4-unicast\"\n",
     )?;
-    let _gobgpd = g.spawn(&["gobgpd", "-f", conf.to_str().unwrap(), "--api-hosts", "127.0.0.1:50051", "--pprof-disable"])?;
+    let _gobgpd = g.spawn(&[
+        "gobgpd",
+        "-f",
+        conf.to_str().unwrap(),
+        "--api-hosts",
+        "127.0.0.1:50051",
+        "--pprof-disable",
+    ])?;
     let mrt = dir.path().join("table.mrt");
     write_mrt(&mrt, n)?;
     let started = Instant::now();
@@ -115,8 +130,23 @@ fn run_one(n: u32) -> Result<()> {
         if started.elapsed() > Duration::from_secs(300) {
             bail!("GoBGP took only {have} of {n} routes");
         }
-        let (count, skip) = ((u64::from(n + PADDING) - have).to_string(), have.to_string());
-        g.exec(&["timeout", "300", "gobgp", "-p", "50051", "mrt", "inject", "global", mrt.to_str().unwrap(), &count, &skip])?;
+        let (count, skip) = (
+            (u64::from(n + PADDING) - have).to_string(),
+            have.to_string(),
+        );
+        g.exec(&[
+            "timeout",
+            "300",
+            "gobgp",
+            "-p",
+            "50051",
+            "mrt",
+            "inject",
+            "global",
+            mrt.to_str().unwrap(),
+            &count,
+            &skip,
+        ])?;
         std::thread::sleep(Duration::from_millis(500));
     }
     std::thread::sleep(Duration::from_secs(1));
@@ -126,7 +156,9 @@ fn run_one(n: u32) -> Result<()> {
     let mut cfg = SpeakerConfig::new(65002, "10.0.0.2".parse()?);
     cfg.listen = Some("10.0.0.2:179".parse()?);
     let (us, mut changes) = NsSpeaker::start(&ours, cfg)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         let mut p = PeerConfig::new("10.0.0.1".parse()?, 65010);
         p.local_address = Some("10.0.0.2".parse()?);
@@ -175,7 +207,11 @@ fn main() -> Result<()> {
         return Ok(());
     }
     let sizes: Vec<u32> = args.iter().filter_map(|a| a.parse().ok()).collect();
-    let sizes = if sizes.is_empty() { vec![100_000, 1_000_000] } else { sizes };
+    let sizes = if sizes.is_empty() {
+        vec![100_000, 1_000_000]
+    } else {
+        sizes
+    };
     for n in sizes {
         run_one(n)?;
     }

@@ -13,8 +13,8 @@ use anyhow::{Result, bail};
 use brindle_ctrl::bgp::fsm::State;
 use brindle_ctrl::bgp::rib::{RouteChange, RouteEntry, Source};
 use brindle_ctrl::bgp::speaker::*;
-use ipnet::IpNet;
 use common::netns::*;
+use ipnet::IpNet;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

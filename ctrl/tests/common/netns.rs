@@ -173,4 +173,3 @@ impl Drop for NsSpeaker {
         }
     }
 }
-
