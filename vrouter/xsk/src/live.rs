@@ -45,7 +45,6 @@
 //! `&mut self`), and the kernel runs one call's batches on one CPU.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Context, Error, Result};
@@ -274,52 +273,31 @@ impl LiveFrameGenerator {
         duration: Duration,
         stop: &(dyn Fn() -> bool + Sync),
     ) -> Result<u64> {
-        sys::prepare_interrupt_signal().ctx("install the SIGUSR2 handler")?;
         let start_seq = self.next_seq()?;
         let deadline = Instant::now() + duration;
         let over = || Instant::now() >= deadline || stop();
-        let me = sys::current_thread();
-        let done = AtomicBool::new(false);
-        let outcome = std::thread::scope(|s| {
-            s.spawn(|| {
-                while !done.load(Ordering::Acquire) {
-                    if over() {
-                        // Again every millisecond: a signal that lands
-                        // between two calls interrupts nothing.
-                        let _ = sys::interrupt(me);
-                        std::thread::sleep(Duration::from_millis(1));
-                    } else {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        std::thread::sleep(left.min(Duration::from_millis(5)));
-                    }
-                }
-            });
-            let mut outcome = Ok(());
+        let (prog, frame, ctx, batch) = (
+            self.prog.as_fd(),
+            &self.frame,
+            &self.ctx,
+            self.config.batch_size,
+        );
+        sys::with_interrupts(&over, || {
             while !over() {
-                match sys::bpf_prog_test_run_live(
-                    self.prog.as_fd(),
-                    &self.frame,
-                    &self.ctx,
-                    u32::MAX,
-                    self.config.batch_size,
-                ) {
+                match sys::bpf_prog_test_run_live(prog, frame, ctx, u32::MAX, batch) {
                     Ok(()) => {}
                     Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                     Err(source) => {
-                        outcome = Err(Error::Sys {
+                        return Err(Error::Sys {
                             what: "BPF_PROG_TEST_RUN (live frames)",
                             source,
                         });
-                        break;
                     }
                 }
             }
-            // The timer thread may signal once more before it sees this; the
-            // handler runs while this thread waits for the scope, harmlessly.
-            done.store(true, Ordering::Release);
-            outcome
-        });
-        outcome?;
+            Ok(())
+        })
+        .ctx("install the SIGUSR2 handler")??;
         Ok(self.next_seq()? - start_seq)
     }
 

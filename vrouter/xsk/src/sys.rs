@@ -838,7 +838,7 @@ extern "C" fn ignore_signal(_: libc::c_int) {}
 /// without killing the process: a handler that does nothing, installed
 /// without `SA_RESTART` (so the bpf syscall returns EINTR), and the signal
 /// unblocked in this thread.
-pub(crate) fn prepare_interrupt_signal() -> io::Result<()> {
+fn prepare_interrupt_signal() -> io::Result<()> {
     // SAFETY: sigaction is plain old data; all-zero is a valid value.
     let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
     action.sa_sigaction = ignore_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
@@ -863,28 +863,40 @@ pub(crate) fn prepare_interrupt_signal() -> io::Result<()> {
     Ok(())
 }
 
-/// A thread that [`interrupt`] may signal.
-#[derive(Clone, Copy)]
-pub(crate) struct ThreadId(libc::pthread_t);
-
-/// The calling thread.
-pub(crate) fn current_thread() -> ThreadId {
-    // SAFETY: pthread_self has no preconditions and cannot fail.
-    ThreadId(unsafe { libc::pthread_self() })
-}
-
-/// Sends [`INTERRUPT_SIGNAL`] to `thread`.
+/// Runs `body` on the calling thread while a scoped timer thread sends
+/// [`INTERRUPT_SIGNAL`] to it every millisecond once `expired()` holds,
+/// until `body` returns: blocking system calls in `body` (the bpf syscall)
+/// then return EINTR. Repeating the signal means one that lands between
+/// two calls of `body` cannot be missed.
 ///
-/// The caller must know `thread` is still running: `send_for` only signals
-/// from a scoped thread while the target waits for that scope to end.
-pub(crate) fn interrupt(thread: ThreadId) -> io::Result<()> {
-    // SAFETY: the pthread_t names a live thread (see above); the signal's
-    // handler was installed by prepare_interrupt_signal.
-    let ret = unsafe { libc::pthread_kill(thread.0, INTERRUPT_SIGNAL) };
-    if ret != 0 {
-        return Err(io::Error::from_raw_os_error(ret));
-    }
-    Ok(())
+/// The signal is only ever sent while this thread is inside the scope, so
+/// the `pthread_t` it is sent to names a live thread.
+pub(crate) fn with_interrupts<T>(
+    expired: &(dyn Fn() -> bool + Sync),
+    body: impl FnOnce() -> T,
+) -> io::Result<T> {
+    prepare_interrupt_signal()?;
+    // SAFETY: pthread_self has no preconditions and cannot fail.
+    let me = unsafe { libc::pthread_self() };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    Ok(std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                if expired() {
+                    // SAFETY: `me` is the thread that runs this scope, which
+                    // cannot end before this scoped thread is joined; the
+                    // handler was installed above.
+                    unsafe { libc::pthread_kill(me, INTERRUPT_SIGNAL) };
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        let out = body();
+        // The timer may signal once more before it sees this; the handler
+        // runs while this thread waits for the scope to end, harmlessly.
+        done.store(true, std::sync::atomic::Ordering::Release);
+        out
+    }))
 }
 
 /// BPF_PROG_TEST_RUN once on `data`; returns the program's return value.
