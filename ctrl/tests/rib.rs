@@ -608,3 +608,23 @@ fn prefixes_with_the_same_attributes_share_one_update() {
         );
     }
 }
+
+#[test]
+fn ebgp_route_whose_path_does_not_start_with_the_peers_as_is_dropped() {
+    let e = peer("10.0.0.3", 65001, false);
+    let mut rib = rib_with(std::slice::from_ref(&e));
+    rib.update_from_peer(
+        e.addr,
+        &announce(&["10.1.0.0/16"], attrs(vec![65099], "10.0.0.3")),
+        None,
+    )
+    .unwrap();
+    assert!(rib.routes().is_empty());
+    rib.update_from_peer(
+        e.addr,
+        &announce(&["10.1.0.0/16"], attrs(vec![65001, 65099], "10.0.0.3")),
+        None,
+    )
+    .unwrap();
+    assert_eq!(rib.routes().len(), 1);
+}

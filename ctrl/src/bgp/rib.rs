@@ -396,8 +396,13 @@ impl Rib {
 
     fn accept(&self, peer: &PeerInfo, a: &Attrs) -> bool {
         let ibgp = peer.remote_as == self.local_as;
-        if !ibgp && a.effective_as_path().contains(self.local_as) {
-            return false;
+        if !ibgp {
+            let path = a.effective_as_path();
+            // Our own AS: a loop. RFC 4271 §6.3: an eBGP peer's path must
+            // start with its AS (RFC 7606 §7.2: treat-as-withdraw).
+            if path.contains(self.local_as) || path.first_as() != Some(peer.remote_as) {
+                return false;
+            }
         }
         // RFC 4456 §8: our own route reflected back.
         if a.originator_id == Some(self.router_id) || a.cluster_list.contains(&self.cluster_id) {
