@@ -493,3 +493,66 @@ fn three_speakers_in_a_full_mesh_each_learn_the_other_two_blocks() -> Result<()>
         Ok(())
     })
 }
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn routes_of_a_killed_bird_with_graceful_restart_are_held_until_it_is_back() -> Result<()> {
+    let t = tag();
+    let ours = Netns::new(format!("bgpt-{t}-us"))?;
+    let bird_ns = Netns::new(format!("bgpt-{t}-bird"))?;
+    link(&ours, "10.0.0.2/24", &bird_ns, "10.0.0.1/24")?;
+    let config = bird_config(
+        "10.0.0.1",
+        &bird_bgp(
+            "ours",
+            "10.0.0.1",
+            65001,
+            "10.0.0.2",
+            65002,
+            "graceful restart on;\n graceful restart time 60;",
+        ),
+    );
+    let bird = Bird::start(&bird_ns, &config)?;
+    let (us, mut changes) = NsSpeaker::start(&ours, speaker_config(65002, "10.0.0.2"))?;
+    runtime().block_on(async {
+        us.api()
+            .add_peer(peer("10.0.0.1", 65001, "10.0.0.2"))
+            .await?;
+        eventually("BIRD's route", || async {
+            Ok(
+                route_via(us.api(), "198.51.100.0/24", "10.0.0.1", "10.0.0.1")
+                    .await?
+                    .is_some_and(|r| !r.stale),
+            )
+        })
+        .await?;
+        assert!(matches!(changes.recv().await, Some(RouteChange::Added(_))));
+
+        // BIRD dies without a NOTIFICATION: its route stays, stale, and the
+        // dataplane is not told to remove it.
+        drop(bird);
+        eventually("session down", || async {
+            Ok(!established(us.api(), "10.0.0.1").await?)
+        })
+        .await?;
+        let r = route_via(us.api(), "198.51.100.0/24", "10.0.0.1", "10.0.0.1").await?;
+        assert!(r.is_some_and(|r| r.stale), "route held as stale");
+
+        // BIRD comes back, re-sends its table and End-of-RIB: fresh again.
+        let _bird = Bird::start(&bird_ns, &config)?;
+        eventually("session back and route refreshed", || async {
+            Ok(established(us.api(), "10.0.0.1").await?
+                && route_via(us.api(), "198.51.100.0/24", "10.0.0.1", "10.0.0.1")
+                    .await?
+                    .is_some_and(|r| !r.stale))
+        })
+        .await?;
+        while let Ok(c) = changes.try_recv() {
+            assert!(
+                !matches!(c, RouteChange::Removed { .. }),
+                "the route was never withdrawn: {c:?}"
+            );
+        }
+        Ok(())
+    })
+}
