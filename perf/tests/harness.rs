@@ -79,10 +79,13 @@ fn frames_dropped_on_purpose_for_one_flow_are_counted_as_lost() {
 fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
     let options = RunOptions {
         sizes: vec![FrameSize::Fixed(64)],
-        duration: Duration::from_millis(300),
+        duration: Duration::from_millis(400),
         flows: 4,
         // A low fixed rate: the test checks the plumbing, not the speed.
-        rate: Rate::Pps(20_000.0),
+        // The live generator's frames have no back-pressure at the first
+        // hop's 256-slot veth ring: at 10 kpps its NAPI thread may stall for
+        // 25 ms (a loaded shared machine) before a frame is lost.
+        rate: Rate::Pps(10_000.0),
         latency_fraction: Some(0.5),
         brindle_binary: "/nonexistent/brindle-vrouter".into(),
         ..RunOptions::default()
@@ -115,7 +118,7 @@ fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
         let t = r.throughput("64").unwrap();
         assert_eq!(t.kind, TrialKind::Throughput);
         assert!(t.sent > 1000, "{}: sent {}", r.scenario, t.sent);
-        // At 20 kpps nothing on this path should lose more than a few frames.
+        // At 10 kpps nothing on this path should lose more than a few frames.
         assert!(
             t.received * 100 >= t.sent * 95,
             "{}: {} of {}",
