@@ -6,3 +6,6 @@
 #![deny(unsafe_code)]
 
 pub mod bgp;
+pub mod config;
+pub mod metrics;
+pub mod programming;

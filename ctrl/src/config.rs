@@ -1,0 +1,688 @@
+//! The daemon's configuration: `/etc/brindle/node.toml`, every key
+//! overridable by a flag (`--bgp-as-number 64513`) or an environment variable
+//! (`BRINDLE_BGP_AS_NUMBER=64513`); flags win over variables, variables over
+//! the file. Validated once at start ([`Config::validate`]).
+//!
+//! Overrides are applied to the TOML document before it is deserialised, by
+//! key path, so the one list of keys is the [`Config`] struct itself: the
+//! overridable paths are the scalar and string-list leaves of
+//! `Config::default()` serialised to TOML.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+/// Where the daemon reads its configuration when not told otherwise.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/brindle/node.toml";
+
+/// What can be wrong with a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file (with overrides applied) is not valid TOML for [`Config`].
+    #[error("{0}")]
+    Parse(String),
+    /// A flag or variable names no key, or has a value of the wrong type.
+    #[error("{0}")]
+    Override(String),
+    /// A value is out of range or inconsistent.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// The whole configuration (see `deploy/systemd/node.toml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// This node's name; empty: `$NODENAME`, else the kernel host name.
+    pub node_name: String,
+    /// The node's underlay address (BGP source, encapsulation source).
+    pub node_address: String,
+    /// trace | debug | info | warn | error.
+    pub log_level: String,
+    /// The endpoint/IPAM socket.
+    pub api: ApiConfig,
+    /// The vrouter's programming socket and the uplink.
+    pub vrouter: VrouterSection,
+    /// The metrics listener.
+    pub metrics: MetricsConfig,
+    /// Where state lives.
+    pub datastore: DatastoreConfig,
+    /// BGP.
+    pub bgp: BgpConfig,
+    /// IPAM bootstrap.
+    pub ipam: IpamSection,
+}
+
+/// `[api]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Path of the socket (mode 0600).
+    pub socket: PathBuf,
+}
+
+/// `[vrouter]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VrouterSection {
+    /// Path of the vrouter's socket.
+    pub socket: PathBuf,
+    /// The uplink's interface name (native routes go out of it).
+    pub uplink: String,
+    /// The underlay subnet (for cross-subnet decisions); empty: none known,
+    /// so cross-subnet pools always encapsulate.
+    pub underlay_subnet: String,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `host:port` of the HTTP listener.
+    pub listen: String,
+}
+
+/// `[datastore]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatastoreConfig {
+    /// `embedded` or `etcd`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Directory of the embedded store.
+    pub path: PathBuf,
+    /// etcd endpoints.
+    pub endpoints: Vec<String>,
+    /// etcd TLS CA (not supported yet by the ipam crate's client).
+    pub ca_file: String,
+    /// etcd client certificate.
+    pub cert_file: String,
+    /// etcd client key.
+    pub key_file: String,
+    /// Key prefix.
+    pub prefix: String,
+}
+
+/// `[bgp]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BgpConfig {
+    /// This node's AS.
+    pub as_number: u32,
+    /// TCP port we listen on and connect to for mesh peers.
+    pub listen_port: u16,
+    /// Peer with every other node of the registry.
+    pub node_to_node_mesh: bool,
+    /// Hold time offered to peers.
+    pub hold_time_secs: u16,
+    /// This node is a route reflector: mesh peers are its clients.
+    pub route_reflector: bool,
+    /// RFC 4456 cluster ID when reflecting; empty: the router ID.
+    pub cluster_id: String,
+    /// Seconds after which a node that stopped heartbeating is dead.
+    pub node_lease_secs: u64,
+    /// Explicit peers (a top-of-rack router, reflectors).
+    pub peers: Vec<ExplicitPeer>,
+}
+
+/// `[[bgp.peers]]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExplicitPeer {
+    /// The peer's address.
+    pub address: IpAddr,
+    /// Its AS.
+    pub as_number: u32,
+    /// Its port (default 179).
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// TCP-MD5 password.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// Max prefixes accepted.
+    #[serde(default)]
+    pub max_prefixes: Option<u32>,
+    /// We reflect to it.
+    #[serde(default)]
+    pub rr_client: bool,
+}
+
+/// `[ipam]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IpamSection {
+    /// The pool created when there is none.
+    pub default_pool_cidr: String,
+    /// Its blocks' prefix length.
+    pub block_size: u8,
+    /// none | ipip | ipip_cross_subnet | vxlan | vxlan_cross_subnet.
+    pub encapsulation: String,
+    /// Masquerade pod traffic leaving the pool.
+    pub nat_outgoing: bool,
+    /// Never borrow from another node's block.
+    pub strict_affinity: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_name: String::new(),
+            node_address: String::new(),
+            log_level: "info".into(),
+            api: ApiConfig::default(),
+            vrouter: VrouterSection::default(),
+            metrics: MetricsConfig::default(),
+            datastore: DatastoreConfig::default(),
+            bgp: BgpConfig::default(),
+            ipam: IpamSection::default(),
+        }
+    }
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            socket: brindle_api::CTRL_SOCKET.into(),
+        }
+    }
+}
+
+impl Default for VrouterSection {
+    fn default() -> Self {
+        VrouterSection {
+            socket: brindle_api::VROUTER_SOCKET.into(),
+            uplink: "eth0".into(),
+            underlay_subnet: String::new(),
+        }
+    }
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: "127.0.0.1:9091".into(),
+        }
+    }
+}
+
+impl Default for DatastoreConfig {
+    fn default() -> Self {
+        DatastoreConfig {
+            kind: "embedded".into(),
+            path: "/var/lib/brindle".into(),
+            endpoints: Vec::new(),
+            ca_file: String::new(),
+            cert_file: String::new(),
+            key_file: String::new(),
+            prefix: "/brindle/".into(),
+        }
+    }
+}
+
+impl Default for BgpConfig {
+    fn default() -> Self {
+        BgpConfig {
+            as_number: 64512,
+            listen_port: 179,
+            node_to_node_mesh: true,
+            hold_time_secs: 90,
+            route_reflector: false,
+            cluster_id: String::new(),
+            node_lease_secs: 30,
+            peers: Vec::new(),
+        }
+    }
+}
+
+impl Default for IpamSection {
+    fn default() -> Self {
+        IpamSection {
+            default_pool_cidr: "10.244.0.0/16".into(),
+            block_size: 26,
+            encapsulation: "ipip".into(),
+            nat_outgoing: true,
+            strict_affinity: false,
+        }
+    }
+}
+
+/// The validated values the daemon uses (parsed once).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validated {
+    /// Node name (resolved).
+    pub node_name: String,
+    /// Node address.
+    pub node_address: Ipv4Addr,
+    /// Metrics listener.
+    pub metrics_listen: SocketAddr,
+    /// Default pool.
+    pub default_pool: IpNet,
+    /// Underlay subnet, if configured.
+    pub underlay_subnet: Option<IpNet>,
+    /// Cluster ID, if configured.
+    pub cluster_id: Option<Ipv4Addr>,
+}
+
+const ENCAPSULATIONS: [&str; 5] = [
+    "none",
+    "ipip",
+    "ipip_cross_subnet",
+    "vxlan",
+    "vxlan_cross_subnet",
+];
+
+impl Config {
+    /// Reads `path` (a missing file at the default path is an empty file:
+    /// defaults plus overrides), then applies `env` (name, value) pairs and
+    /// `flags` (`--key-path value` or `--key-path=value`).
+    pub fn load(
+        path: Option<&std::path::Path>,
+        env: &[(String, String)],
+        flags: &[String],
+    ) -> Result<Config, ConfigError> {
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                path: p.to_path_buf(),
+                source,
+            })?,
+            None => match std::fs::read_to_string(DEFAULT_CONFIG_PATH) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                Err(source) => {
+                    return Err(ConfigError::Read {
+                        path: DEFAULT_CONFIG_PATH.into(),
+                        source,
+                    });
+                }
+            },
+        };
+        Self::from_toml_with_overrides(&text, env, flags)
+    }
+
+    /// [`Config::load`] on a string (tests).
+    pub fn from_toml_with_overrides(
+        text: &str,
+        env: &[(String, String)],
+        flags: &[String],
+    ) -> Result<Config, ConfigError> {
+        let mut doc: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(format!("node.toml: {e}")))?;
+        let leaves = override_paths();
+        for (name, value) in env {
+            let Some(rest) = name.strip_prefix("BRINDLE_") else {
+                continue;
+            };
+            if rest == "CONFIG" {
+                continue;
+            }
+            let path = leaves
+                .iter()
+                .find(|(p, _)| p.join("_").to_uppercase() == rest)
+                .ok_or_else(|| {
+                    ConfigError::Override(format!("environment variable {name}: no such key"))
+                })?;
+            set_path(&mut doc, &path.0, &path.1, value)
+                .map_err(|e| ConfigError::Override(format!("environment variable {name}: {e}")))?;
+        }
+        let mut i = 0;
+        while i < flags.len() {
+            let flag = &flags[i];
+            let Some(body) = flag.strip_prefix("--") else {
+                return Err(ConfigError::Override(format!(
+                    "unexpected argument {flag:?}"
+                )));
+            };
+            let (name, value) = match body.split_once('=') {
+                Some((n, v)) => (n.to_owned(), v.to_owned()),
+                None => {
+                    i += 1;
+                    let v = flags.get(i).ok_or_else(|| {
+                        ConfigError::Override(format!("flag --{body} needs a value"))
+                    })?;
+                    (body.to_owned(), v.clone())
+                }
+            };
+            i += 1;
+            if name == "config" {
+                continue;
+            }
+            let path = leaves
+                .iter()
+                .find(|(p, _)| p.join("-").replace('_', "-") == name)
+                .ok_or_else(|| ConfigError::Override(format!("unknown flag --{name}")))?;
+            set_path(&mut doc, &path.0, &path.1, &value)
+                .map_err(|e| ConfigError::Override(format!("flag --{name}: {e}")))?;
+        }
+        toml::Value::Table(doc)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(format!("node.toml: {e}")))
+    }
+
+    /// Checks every value once, with errors that name the key.
+    pub fn validate(&self) -> Result<Validated, ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        let node_name = if !self.node_name.is_empty() {
+            self.node_name.clone()
+        } else if let Ok(n) = std::env::var("NODENAME")
+            && !n.is_empty()
+        {
+            n
+        } else {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_default()
+        };
+        if node_name.is_empty() || node_name.contains('/') || node_name.len() > 253 {
+            return bad(format!(
+                "node_name {node_name:?}: must be 1-253 bytes without '/'"
+            ));
+        }
+        let node_address: Ipv4Addr = match self.node_address.parse() {
+            Ok(a) => a,
+            Err(_) => {
+                return bad(format!(
+                    "node_address {:?}: must be this node's IPv4 underlay address \
+                     (discovery from the default route is not implemented)",
+                    self.node_address
+                ));
+            }
+        };
+        if !["trace", "debug", "info", "warn", "error"].contains(&self.log_level.as_str()) {
+            return bad(format!(
+                "log_level {:?}: one of trace, debug, info, warn, error",
+                self.log_level
+            ));
+        }
+        let metrics_listen: SocketAddr = self.metrics.listen.parse().map_err(|_| {
+            ConfigError::Invalid(format!(
+                "metrics.listen {:?}: expected host:port",
+                self.metrics.listen
+            ))
+        })?;
+        match self.datastore.kind.as_str() {
+            "embedded" => {}
+            "etcd" => {
+                if self.datastore.endpoints.is_empty() {
+                    return bad("datastore.endpoints: type = \"etcd\" needs at least one".into());
+                }
+            }
+            other => {
+                return bad(format!(
+                    "datastore.type {other:?}: one of \"embedded\", \"etcd\""
+                ));
+            }
+        }
+        if self.bgp.as_number == 0 || self.bgp.as_number == 23456 {
+            return bad(format!(
+                "bgp.as_number {}: 0 and 23456 (AS_TRANS) are reserved",
+                self.bgp.as_number
+            ));
+        }
+        if self.bgp.hold_time_secs != 0 && self.bgp.hold_time_secs < 3 {
+            return bad(format!(
+                "bgp.hold_time_secs {}: 0 or at least 3 (RFC 4271 §4.2)",
+                self.bgp.hold_time_secs
+            ));
+        }
+        if self.bgp.node_lease_secs < 3 {
+            return bad("bgp.node_lease_secs: at least 3".into());
+        }
+        let cluster_id = if self.bgp.cluster_id.is_empty() {
+            None
+        } else {
+            Some(self.bgp.cluster_id.parse().map_err(|_| {
+                ConfigError::Invalid(format!(
+                    "bgp.cluster_id {:?}: an IPv4 address",
+                    self.bgp.cluster_id
+                ))
+            })?)
+        };
+        let default_pool: IpNet = self.ipam.default_pool_cidr.parse().map_err(|_| {
+            ConfigError::Invalid(format!(
+                "ipam.default_pool_cidr {:?}: not a CIDR",
+                self.ipam.default_pool_cidr
+            ))
+        })?;
+        let max = match default_pool {
+            IpNet::V4(_) => 32,
+            IpNet::V6(_) => 128,
+        };
+        if self.ipam.block_size < default_pool.prefix_len() || self.ipam.block_size > max {
+            return bad(format!(
+                "ipam.block_size {}: must be between the pool's prefix length {} and {max}",
+                self.ipam.block_size,
+                default_pool.prefix_len()
+            ));
+        }
+        if !ENCAPSULATIONS.contains(&self.ipam.encapsulation.as_str()) {
+            return bad(format!(
+                "ipam.encapsulation {:?}: one of {}",
+                self.ipam.encapsulation,
+                ENCAPSULATIONS.join(", ")
+            ));
+        }
+        let underlay_subnet = if self.vrouter.underlay_subnet.is_empty() {
+            None
+        } else {
+            Some(self.vrouter.underlay_subnet.parse().map_err(|_| {
+                ConfigError::Invalid(format!(
+                    "vrouter.underlay_subnet {:?}: not a CIDR",
+                    self.vrouter.underlay_subnet
+                ))
+            })?)
+        };
+        Ok(Validated {
+            node_name,
+            node_address,
+            metrics_listen,
+            default_pool,
+            underlay_subnet,
+            cluster_id,
+        })
+    }
+}
+
+/// Every overridable key path with its default value (its type).
+fn override_paths() -> Vec<(Vec<String>, toml::Value)> {
+    fn walk(prefix: &mut Vec<String>, t: &toml::Table, out: &mut Vec<(Vec<String>, toml::Value)>) {
+        for (k, v) in t {
+            prefix.push(k.clone());
+            match v {
+                toml::Value::Table(inner) => walk(prefix, inner, out),
+                toml::Value::Array(a) if a.iter().any(|x| x.is_table()) => {}
+                other => out.push((prefix.clone(), other.clone())),
+            }
+            prefix.pop();
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(toml::Value::Table(t)) = toml::Value::try_from(Config::default()) {
+        walk(&mut Vec::new(), &t, &mut out);
+    }
+    // Keys whose default serialises to nothing still need an entry.
+    if !out.iter().any(|(p, _)| p == &["datastore", "endpoints"]) {
+        out.push((
+            vec!["datastore".into(), "endpoints".into()],
+            toml::Value::Array(Vec::new()),
+        ));
+    }
+    out.retain(|(p, _)| p.last().is_none_or(|l| l != "peers"));
+    out
+}
+
+fn set_path(
+    doc: &mut toml::Table,
+    path: &[String],
+    example: &toml::Value,
+    raw: &str,
+) -> Result<(), String> {
+    let value = match example {
+        toml::Value::Integer(_) => toml::Value::Integer(
+            raw.parse()
+                .map_err(|_| format!("{raw:?} is not an integer"))?,
+        ),
+        toml::Value::Boolean(_) => toml::Value::Boolean(
+            raw.parse()
+                .map_err(|_| format!("{raw:?} is not true or false"))?,
+        ),
+        toml::Value::Array(_) => toml::Value::Array(
+            raw.split(',')
+                .filter(|s| !s.is_empty())
+                .map(|s| toml::Value::String(s.trim().to_owned()))
+                .collect(),
+        ),
+        _ => toml::Value::String(raw.to_owned()),
+    };
+    let (last, parents) = path.split_last().ok_or("empty key path")?;
+    let mut table = doc;
+    for p in parents {
+        let entry = table
+            .entry(p.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = entry
+            .as_table_mut()
+            .ok_or_else(|| format!("{p} is not a table in the file"))?;
+    }
+    table.insert(last.clone(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str, env: &[(&str, &str)], flags: &[&str]) -> Result<Config, ConfigError> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+        Config::from_toml_with_overrides(text, &env, &flags)
+    }
+
+    fn error_of(c: Config) -> String {
+        c.validate().unwrap_err().to_string()
+    }
+
+    fn good() -> Config {
+        load(
+            "node_name = \"n1\"\nnode_address = \"192.168.0.11\"\n",
+            &[],
+            &[],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_shipped_example_parses_to_the_defaults() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/systemd/node.toml"
+        ))
+        .unwrap();
+        let c = load(&text, &[], &[]).unwrap();
+        assert_eq!(c.bgp.as_number, 64512);
+        assert_eq!(c.ipam.block_size, 26);
+        assert_eq!(c.api.socket, PathBuf::from("/run/brindle/ctrl.sock"));
+        assert_eq!(c.datastore.kind, "embedded");
+    }
+
+    #[test]
+    fn flags_win_over_env_which_wins_over_the_file() {
+        let c = load(
+            "[bgp]\nas_number = 65000\nlisten_port = 1179\n",
+            &[
+                ("BRINDLE_BGP_AS_NUMBER", "65001"),
+                ("BRINDLE_BGP_LISTEN_PORT", "2179"),
+                ("BRINDLE_DATASTORE_ENDPOINTS", "http://a:2379,http://b:2379"),
+                ("PATH", "/bin"),
+            ],
+            &["--bgp-as-number", "65002", "--api-socket=/tmp/x.sock"],
+        )
+        .unwrap();
+        assert_eq!(c.bgp.as_number, 65002);
+        assert_eq!(c.bgp.listen_port, 2179);
+        assert_eq!(c.api.socket, PathBuf::from("/tmp/x.sock"));
+        assert_eq!(c.datastore.endpoints, ["http://a:2379", "http://b:2379"]);
+    }
+
+    #[test]
+    fn an_unknown_key_in_the_file_is_an_error_naming_it() {
+        let e = load("[bgp]\nas_nummber = 1\n", &[], &[]).unwrap_err();
+        assert!(e.to_string().contains("as_nummber"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_flag_or_variable_is_an_error() {
+        let e = load("", &[], &["--bgp-asn", "1"]).unwrap_err();
+        assert_eq!(e.to_string(), "unknown flag --bgp-asn");
+        let e = load("", &[("BRINDLE_BGP_ASN", "1")], &[]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "environment variable BRINDLE_BGP_ASN: no such key"
+        );
+        let e = load("", &[], &["--bgp-as-number", "many"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "flag --bgp-as-number: \"many\" is not an integer"
+        );
+    }
+
+    #[test]
+    fn validation_names_the_key_and_the_rule() {
+        let v = good().validate().unwrap();
+        assert_eq!(v.node_address, Ipv4Addr::new(192, 168, 0, 11));
+        assert_eq!(v.node_name, "n1");
+
+        let mut c = good();
+        c.bgp.as_number = 23456;
+        assert_eq!(
+            error_of(c),
+            "invalid configuration: bgp.as_number 23456: 0 and 23456 (AS_TRANS) are reserved"
+        );
+        let mut c = good();
+        c.bgp.hold_time_secs = 2;
+        assert!(error_of(c).contains("bgp.hold_time_secs 2"));
+        let mut c = good();
+        c.ipam.encapsulation = "gre".into();
+        assert!(error_of(c).starts_with("invalid configuration: ipam.encapsulation \"gre\""));
+        let mut c = good();
+        c.ipam.block_size = 8;
+        assert!(error_of(c).contains("ipam.block_size 8"));
+        let mut c = good();
+        c.datastore.kind = "etcd".into();
+        assert!(error_of(c).contains("datastore.endpoints"));
+        let mut c = good();
+        c.node_address = "eth0".into();
+        assert!(error_of(c).starts_with("invalid configuration: node_address \"eth0\""));
+        let mut c = good();
+        c.metrics.listen = "9091".into();
+        assert!(error_of(c).contains("metrics.listen"));
+        let mut c = good();
+        c.log_level = "loud".into();
+        assert!(error_of(c).contains("log_level"));
+    }
+
+    #[test]
+    fn explicit_peers_come_from_the_file() {
+        let c = load(
+            "[[bgp.peers]]\naddress = \"10.0.0.1\"\nas_number = 65001\npassword = \"s\"\n",
+            &[],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.bgp.peers.len(), 1);
+        assert_eq!(c.bgp.peers[0].as_number, 65001);
+        assert_eq!(c.bgp.peers[0].password.as_deref(), Some("s"));
+    }
+}

@@ -1,0 +1,346 @@
+//! The one place that applies vrouter programming.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use brindle_api::vrouter::VrouterRequest;
+use tracing::{debug, info, warn};
+
+use super::dataplane::Dataplane;
+use super::desired::Desired;
+use crate::metrics::Metrics;
+
+/// Applies requests to a [`Dataplane`], keeping the desired state, and
+/// resyncs when the vrouter was unreachable or restarted.
+pub struct Executor<D> {
+    dataplane: D,
+    desired: Desired,
+    /// Boot ID of the vrouter we last synced.
+    boot_id: Option<String>,
+    /// The vrouter holds exactly `desired` (no failure since the last sync).
+    in_sync: bool,
+    reachable: Arc<AtomicBool>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl<D: Dataplane> Executor<D> {
+    /// An executor that has programmed nothing yet.
+    pub fn new(dataplane: D, metrics: Option<Arc<Metrics>>) -> Self {
+        Executor {
+            dataplane,
+            desired: Desired::default(),
+            boot_id: None,
+            in_sync: false,
+            reachable: Arc::new(AtomicBool::new(false)),
+            metrics,
+        }
+    }
+
+    /// A flag that says whether the vrouter answered last time we tried.
+    pub fn reachable_flag(&self) -> Arc<AtomicBool> {
+        self.reachable.clone()
+    }
+
+    /// The desired state.
+    pub fn desired(&self) -> &Desired {
+        &self.desired
+    }
+
+    /// The boot ID of the vrouter last synced.
+    pub fn boot_id(&self) -> Option<&str> {
+        self.boot_id.as_deref()
+    }
+
+    /// Records `reqs` in the desired state and sends them if the vrouter is
+    /// in sync; otherwise tries to resync (which includes them).
+    pub fn submit(&mut self, reqs: Vec<VrouterRequest>) {
+        for r in &reqs {
+            self.desired.apply(r);
+        }
+        if !self.in_sync {
+            self.reconcile();
+            return;
+        }
+        for r in &reqs {
+            let start = Instant::now();
+            match self.dataplane.call(r) {
+                Ok(_) => self.observe(start),
+                Err(e) => {
+                    warn!(error = %e, "vrouter call failed; will resync");
+                    self.set_reachable(false);
+                    self.in_sync = false;
+                    // The rest is in `desired` and goes with the resync.
+                    self.reconcile();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Checks the vrouter (Hello) and sends one `Sync` with the whole desired
+    /// state when it was out of sync or has a new boot ID. Called on a timer
+    /// and after failures.
+    pub fn reconcile(&mut self) {
+        let hello = match self.dataplane.hello() {
+            Ok(h) => h,
+            Err(e) => {
+                if self.reachable.load(Ordering::Relaxed) {
+                    warn!(error = %e, "vrouter unreachable; keeping the desired state");
+                }
+                self.set_reachable(false);
+                self.in_sync = false;
+                return;
+            }
+        };
+        let restarted = self.boot_id.as_deref() != Some(hello.boot_id.as_str());
+        if self.in_sync && !restarted {
+            self.set_reachable(true);
+            return;
+        }
+        let state = self.desired.to_sync();
+        info!(
+            boot_id = %hello.boot_id,
+            restarted,
+            ports = state.ports.len(),
+            routes = state.routes.len(),
+            "resyncing the vrouter"
+        );
+        let start = Instant::now();
+        match self.dataplane.call(&VrouterRequest::Sync { state }) {
+            Ok(c) => {
+                debug!(changed = c.changed, "resync done");
+                self.observe(start);
+                self.boot_id = Some(hello.boot_id);
+                self.in_sync = true;
+                self.set_reachable(true);
+            }
+            Err(e) => {
+                warn!(error = %e, "resync failed");
+                self.in_sync = false;
+                self.set_reachable(false);
+            }
+        }
+    }
+
+    fn observe(&self, start: Instant) {
+        if let Some(m) = &self.metrics {
+            m.programming_seconds.observe(start.elapsed().as_secs_f64());
+        }
+    }
+
+    fn set_reachable(&self, up: bool) {
+        self.reachable.store(up, Ordering::Relaxed);
+        if let Some(m) = &self.metrics {
+            m.vrouter_reachable.set(i64::from(up));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use brindle_api::framing::PROTOCOL_VERSION;
+    use brindle_api::vrouter::{
+        DesiredState, Mac, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
+    };
+
+    use super::*;
+    use crate::programming::dataplane::RecordingDataplane;
+    use crate::programming::desired::tests::endpoint;
+    use crate::programming::desired::{endpoint_added, endpoint_removed};
+
+    fn hello() -> VrouterRequest {
+        VrouterRequest::Hello {
+            version: PROTOCOL_VERSION,
+        }
+    }
+
+    fn pod_port(name: &str, ip: &str, handle: &str) -> PortSpec {
+        PortSpec {
+            name: name.into(),
+            kind: PortKind::Pod,
+            addresses: vec![ip.parse().unwrap()],
+            peer_mac: Some(Mac([2, 0, 0, 0, 0, 1])),
+            endpoint: Some(handle.into()),
+        }
+    }
+
+    fn local(prefix: &str, port: &str) -> Route {
+        Route {
+            prefix: prefix.parse().unwrap(),
+            target: RouteTarget::Local { port: port.into() },
+        }
+    }
+
+    /// An executor already synced (empty) with boot "b1"; the log is cleared.
+    fn synced() -> (Executor<RecordingDataplane>, RecordingDataplane) {
+        let fake = RecordingDataplane::new("b1");
+        let mut ex = Executor::new(fake.clone(), None);
+        ex.reconcile();
+        assert_eq!(
+            fake.take(),
+            vec![
+                hello(),
+                VrouterRequest::Sync {
+                    state: DesiredState::default()
+                }
+            ]
+        );
+        (ex, fake)
+    }
+
+    #[test]
+    fn adding_an_endpoint_sends_a_pod_port_then_its_host_route() {
+        let (mut ex, fake) = synced();
+        let ep = endpoint("c1", "bri1", "10.244.0.5/32");
+        ex.submit(endpoint_added(&ep).unwrap());
+        assert_eq!(
+            fake.take(),
+            vec![
+                VrouterRequest::AddPorts {
+                    ports: vec![pod_port("bri1", "10.244.0.5", "k8s-pod-network/c1/eth0")]
+                },
+                VrouterRequest::AddRoutes {
+                    routes: vec![local("10.244.0.5/32", "bri1")]
+                },
+            ]
+        );
+        assert!(ex.reachable_flag().load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_dual_stack_endpoint_gets_both_host_routes_and_both_source_addresses() {
+        let (mut ex, fake) = synced();
+        let mut ep = endpoint("c1", "bri1", "10.244.0.5/32");
+        ep.ips.push("fd00:244::5/128".parse().unwrap());
+        ex.submit(endpoint_added(&ep).unwrap());
+        let reqs = fake.take();
+        let VrouterRequest::AddPorts { ports } = &reqs[0] else {
+            panic!("{reqs:?}")
+        };
+        assert_eq!(
+            ports[0].addresses,
+            vec![
+                "10.244.0.5".parse::<std::net::IpAddr>().unwrap(),
+                "fd00:244::5".parse().unwrap()
+            ]
+        );
+        assert_eq!(
+            reqs[1],
+            VrouterRequest::AddRoutes {
+                routes: vec![
+                    local("10.244.0.5/32", "bri1"),
+                    local("fd00:244::5/128", "bri1")
+                ]
+            }
+        );
+    }
+
+    #[test]
+    fn deleting_an_endpoint_removes_its_routes_then_its_port() {
+        let (mut ex, fake) = synced();
+        let ep = endpoint("c1", "bri1", "10.244.0.5/32");
+        ex.submit(endpoint_added(&ep).unwrap());
+        fake.take();
+        ex.submit(endpoint_removed(&ep));
+        assert_eq!(
+            fake.take(),
+            vec![
+                VrouterRequest::RemoveRoutes {
+                    prefixes: vec!["10.244.0.5/32".parse().unwrap()]
+                },
+                VrouterRequest::RemovePorts {
+                    names: vec!["bri1".into()]
+                },
+            ]
+        );
+        assert!(ex.desired().ports.is_empty());
+        assert!(ex.desired().routes.is_empty());
+    }
+
+    #[test]
+    fn changes_made_while_the_vrouter_is_down_are_kept_and_synced_when_it_answers() {
+        let (mut ex, fake) = synced();
+        fake.set_down(true);
+        let ep = endpoint("c1", "bri1", "10.244.0.5/32");
+        ex.submit(endpoint_added(&ep).unwrap());
+        assert!(fake.take().is_empty());
+        assert!(!ex.reachable_flag().load(Ordering::Relaxed));
+        fake.set_down(false);
+        ex.reconcile();
+        assert_eq!(
+            fake.take(),
+            vec![
+                hello(),
+                VrouterRequest::Sync {
+                    state: DesiredState {
+                        node: None,
+                        ports: vec![pod_port("bri1", "10.244.0.5", "k8s-pod-network/c1/eth0")],
+                        routes: vec![local("10.244.0.5/32", "bri1")],
+                        neighbors: vec![],
+                    }
+                }
+            ]
+        );
+        assert!(ex.reachable_flag().load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_vrouter_restart_with_a_new_boot_id_replays_the_whole_state() {
+        let (mut ex, fake) = synced();
+        let a = endpoint("c1", "bri1", "10.244.0.5/32");
+        let b = endpoint("c2", "bri2", "10.244.0.6/32");
+        ex.submit(endpoint_added(&a).unwrap());
+        ex.submit(endpoint_added(&b).unwrap());
+        ex.submit(vec![VrouterRequest::AddRoutes {
+            routes: vec![Route {
+                prefix: "10.244.1.0/26".parse().unwrap(),
+                target: RouteTarget::Encap {
+                    encap: brindle_api::vrouter::Encap::Ipip,
+                    remote: "192.168.0.12".parse().unwrap(),
+                },
+            }],
+        }]);
+        fake.take();
+        // A periodic check against the same vrouter changes nothing.
+        ex.reconcile();
+        assert_eq!(fake.take(), vec![hello()]);
+
+        fake.restart("b2");
+        ex.reconcile();
+        let reqs = fake.take();
+        assert_eq!(reqs.len(), 2, "{reqs:?}");
+        assert_eq!(reqs[0], hello());
+        let VrouterRequest::Sync { state } = &reqs[1] else {
+            panic!("{reqs:?}")
+        };
+        assert_eq!(
+            state.ports,
+            vec![
+                pod_port("bri1", "10.244.0.5", "k8s-pod-network/c1/eth0"),
+                pod_port("bri2", "10.244.0.6", "k8s-pod-network/c2/eth0"),
+            ]
+        );
+        let prefixes: Vec<String> = state.routes.iter().map(|r| r.prefix.to_string()).collect();
+        assert_eq!(
+            prefixes,
+            ["10.244.0.5/32", "10.244.0.6/32", "10.244.1.0/26"]
+        );
+        assert_eq!(ex.boot_id(), Some("b2"));
+    }
+
+    #[test]
+    fn a_restart_noticed_by_a_failed_call_resyncs_including_that_call() {
+        let (mut ex, fake) = synced();
+        fake.restart("b2");
+        let ep = endpoint("c1", "bri1", "10.244.0.5/32");
+        ex.submit(endpoint_added(&ep).unwrap());
+        let reqs = fake.take();
+        assert_eq!(reqs[0], hello());
+        let VrouterRequest::Sync { state } = &reqs[1] else {
+            panic!("{reqs:?}")
+        };
+        assert_eq!(state.routes, vec![local("10.244.0.5/32", "bri1")]);
+        assert_eq!(reqs.len(), 2);
+    }
+}

@@ -1,0 +1,18 @@
+//! Programming the vrouter: the desired state as values, one executor that
+//! applies them through a [`Dataplane`], and resync.
+//!
+//! The rest of the daemon never talks to the vrouter: it turns events
+//! (endpoint added, route learned) into [`VrouterRequest`] values
+//! ([`desired`]), hands them to the [`executor::Executor`], which records
+//! them in the [`desired::Desired`] state and sends them when the vrouter is
+//! reachable. When it is not, or when it restarted (a new
+//! [`brindle_api::vrouter::Hello::boot_id`]), the executor sends one `Sync`
+//! with the whole desired state once it answers again. Tests use
+//! [`dataplane::RecordingDataplane`] and assert the exact requests.
+//!
+//! [`VrouterRequest`]: brindle_api::vrouter::VrouterRequest
+//! [`Dataplane`]: dataplane::Dataplane
+
+pub mod dataplane;
+pub mod desired;
+pub mod executor;
