@@ -7,5 +7,8 @@
 
 pub mod bgp;
 pub mod config;
+pub mod endpoints;
 pub mod metrics;
 pub mod programming;
+pub mod registry;
+pub mod routing;

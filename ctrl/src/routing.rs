@@ -1,0 +1,283 @@
+//! BGP ⇄ IPAM blocks ⇄ vrouter routes, as pure functions.
+//!
+//! - The blocks affine to this node are announced with the node address as
+//!   next hop; a released block is withdrawn ([`block_diff`]).
+//! - A learned best route becomes one vrouter route ([`route_for`]): the
+//!   pool containing the prefix decides the encapsulation (IPIP, VXLAN, or
+//!   native via the uplink for `none`; the cross-subnet modes route natively
+//!   when the BGP next hop is on the node's underlay subnet and encapsulate
+//!   otherwise). A prefix in no pool (a top-of-rack route, a service range)
+//!   is routed natively.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use brindle_api::vrouter::{Encap, Route, RouteTarget, VrouterRequest};
+use ipnet::IpNet;
+
+use crate::bgp::rib::{BestRoute, RouteChange};
+
+/// A pool's CIDR and encapsulation mode, as the routing needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolRouting {
+    /// The pool's CIDR.
+    pub cidr: IpNet,
+    /// `none`, `ipip`, `ipip_cross_subnet`, `vxlan`, `vxlan_cross_subnet`.
+    pub encapsulation: String,
+}
+
+/// What this node knows about its own underlay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Underlay {
+    /// The uplink port's interface name.
+    pub uplink: String,
+    /// The node's subnet, for cross-subnet decisions.
+    pub subnet: Option<IpNet>,
+}
+
+/// The vrouter route for a learned best route.
+pub fn route_for(best: &BestRoute, pools: &[PoolRouting], underlay: &Underlay) -> Route {
+    let native = RouteTarget::Gateway {
+        via: best.next_hop,
+        port: underlay.uplink.clone(),
+    };
+    // The most specific pool containing the prefix.
+    let pool = pools
+        .iter()
+        .filter(|p| p.cidr.contains(&best.prefix))
+        .max_by_key(|p| p.cidr.prefix_len());
+    let same_subnet = underlay.subnet.is_some_and(|s| s.contains(&best.next_hop));
+    let encap = match pool.map(|p| p.encapsulation.as_str()) {
+        Some("ipip") => Some(Encap::Ipip),
+        Some("vxlan") => Some(Encap::Vxlan),
+        Some("ipip_cross_subnet") if !same_subnet => Some(Encap::Ipip),
+        Some("vxlan_cross_subnet") if !same_subnet => Some(Encap::Vxlan),
+        _ => None,
+    };
+    let target = match (encap, best.next_hop) {
+        (Some(encap), IpAddr::V4(remote)) => RouteTarget::Encap { encap, remote },
+        // No IPv6 outer header in the vrouter's encapsulations: an IPv6 next
+        // hop is reached natively.
+        _ => native,
+    };
+    Route {
+        prefix: best.prefix,
+        target,
+    }
+}
+
+/// The vrouter request for one change of the BGP best routes (the speaker
+/// reports only routes learned from peers, never our own blocks).
+pub fn request_for(
+    change: &RouteChange,
+    pools: &[PoolRouting],
+    underlay: &Underlay,
+) -> VrouterRequest {
+    match change {
+        RouteChange::Added(best) | RouteChange::Changed(best) => VrouterRequest::AddRoutes {
+            routes: vec![route_for(best, pools, underlay)],
+        },
+        RouteChange::Removed { prefix } => VrouterRequest::RemoveRoutes {
+            prefixes: vec![*prefix],
+        },
+    }
+}
+
+/// Blocks to announce and to withdraw to go from `announced` to `affine`.
+pub fn block_diff(
+    announced: &BTreeSet<IpNet>,
+    affine: &BTreeSet<IpNet>,
+) -> (Vec<IpNet>, Vec<IpNet>) {
+    (
+        affine.difference(announced).copied().collect(),
+        announced.difference(affine).copied().collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn best(prefix: &str, nh: &str) -> BestRoute {
+        BestRoute {
+            prefix: prefix.parse().unwrap(),
+            next_hop: nh.parse().unwrap(),
+            peer: nh.parse().unwrap(),
+            as_path: vec![],
+        }
+    }
+
+    fn pools(encapsulation: &str) -> Vec<PoolRouting> {
+        vec![PoolRouting {
+            cidr: "10.244.0.0/16".parse().unwrap(),
+            encapsulation: encapsulation.into(),
+        }]
+    }
+
+    fn underlay() -> Underlay {
+        Underlay {
+            uplink: "eth0".into(),
+            subnet: Some("192.168.0.0/24".parse().unwrap()),
+        }
+    }
+
+    fn target(encapsulation: &str, nh: &str) -> RouteTarget {
+        route_for(
+            &best("10.244.1.0/26", nh),
+            &pools(encapsulation),
+            &underlay(),
+        )
+        .target
+    }
+
+    fn encap(encap: Encap, remote: &str) -> RouteTarget {
+        RouteTarget::Encap {
+            encap,
+            remote: remote.parse().unwrap(),
+        }
+    }
+
+    fn gateway(via: &str) -> RouteTarget {
+        RouteTarget::Gateway {
+            via: via.parse().unwrap(),
+            port: "eth0".into(),
+        }
+    }
+
+    #[test]
+    fn ipip_and_vxlan_pools_encapsulate_to_the_bgp_next_hop_whatever_the_subnet() {
+        assert_eq!(
+            target("ipip", "192.168.0.12"),
+            encap(Encap::Ipip, "192.168.0.12")
+        );
+        assert_eq!(
+            target("ipip", "172.16.0.12"),
+            encap(Encap::Ipip, "172.16.0.12")
+        );
+        assert_eq!(
+            target("vxlan", "192.168.0.12"),
+            encap(Encap::Vxlan, "192.168.0.12")
+        );
+    }
+
+    #[test]
+    fn mode_none_routes_natively_via_the_next_hop_on_the_uplink() {
+        assert_eq!(target("none", "192.168.0.12"), gateway("192.168.0.12"));
+        assert_eq!(target("none", "172.16.0.12"), gateway("172.16.0.12"));
+    }
+
+    #[test]
+    fn cross_subnet_is_native_on_our_subnet_and_encapsulated_beyond_it() {
+        assert_eq!(
+            target("ipip_cross_subnet", "192.168.0.12"),
+            gateway("192.168.0.12")
+        );
+        assert_eq!(
+            target("ipip_cross_subnet", "172.16.0.12"),
+            encap(Encap::Ipip, "172.16.0.12")
+        );
+        assert_eq!(
+            target("vxlan_cross_subnet", "192.168.0.12"),
+            gateway("192.168.0.12")
+        );
+        assert_eq!(
+            target("vxlan_cross_subnet", "172.16.0.12"),
+            encap(Encap::Vxlan, "172.16.0.12")
+        );
+    }
+
+    #[test]
+    fn cross_subnet_without_a_known_subnet_always_encapsulates() {
+        let u = Underlay {
+            uplink: "eth0".into(),
+            subnet: None,
+        };
+        let r = route_for(
+            &best("10.244.1.0/26", "192.168.0.12"),
+            &pools("ipip_cross_subnet"),
+            &u,
+        );
+        assert_eq!(r.target, encap(Encap::Ipip, "192.168.0.12"));
+    }
+
+    #[test]
+    fn a_prefix_outside_every_pool_is_routed_natively() {
+        let r = route_for(
+            &best("203.0.113.0/24", "192.168.0.1"),
+            &pools("ipip"),
+            &underlay(),
+        );
+        assert_eq!(r.target, gateway("192.168.0.1"));
+        assert_eq!(r.prefix, "203.0.113.0/24".parse::<IpNet>().unwrap());
+    }
+
+    #[test]
+    fn the_most_specific_pool_decides() {
+        let mut p = pools("ipip");
+        p.push(PoolRouting {
+            cidr: "10.244.128.0/17".parse().unwrap(),
+            encapsulation: "vxlan".into(),
+        });
+        let r = route_for(&best("10.244.200.0/26", "172.16.0.9"), &p, &underlay());
+        assert_eq!(r.target, encap(Encap::Vxlan, "172.16.0.9"));
+    }
+
+    #[test]
+    fn an_ipv6_next_hop_is_reached_natively() {
+        let r = route_for(
+            &best("fd00:244::/122", "fd00::12"),
+            &[PoolRouting {
+                cidr: "fd00:244::/48".parse().unwrap(),
+                encapsulation: "vxlan".into(),
+            }],
+            &underlay(),
+        );
+        assert_eq!(r.target, gateway("fd00::12"));
+    }
+
+    #[test]
+    fn changes_become_add_and_remove_requests() {
+        let add = request_for(
+            &RouteChange::Added(best("10.244.1.0/26", "192.168.0.12")),
+            &pools("ipip"),
+            &underlay(),
+        );
+        assert_eq!(
+            add,
+            VrouterRequest::AddRoutes {
+                routes: vec![Route {
+                    prefix: "10.244.1.0/26".parse().unwrap(),
+                    target: encap(Encap::Ipip, "192.168.0.12"),
+                }]
+            }
+        );
+        let del = request_for(
+            &RouteChange::Removed {
+                prefix: "10.244.1.0/26".parse().unwrap(),
+            },
+            &pools("ipip"),
+            &underlay(),
+        );
+        assert_eq!(
+            del,
+            VrouterRequest::RemoveRoutes {
+                prefixes: vec!["10.244.1.0/26".parse().unwrap()]
+            }
+        );
+    }
+
+    #[test]
+    fn block_diff_announces_new_blocks_and_withdraws_released_ones() {
+        let a: BTreeSet<IpNet> = ["10.244.0.0/26", "10.244.0.64/26"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let b: BTreeSet<IpNet> = ["10.244.0.64/26", "10.244.0.128/26"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let (announce, withdraw) = block_diff(&a, &b);
+        assert_eq!(announce, vec!["10.244.0.128/26".parse::<IpNet>().unwrap()]);
+        assert_eq!(withdraw, vec!["10.244.0.0/26".parse::<IpNet>().unwrap()]);
+    }
+}
