@@ -5,8 +5,11 @@
 //! TCP-MD5 `setsockopt` in `bgp::speaker::md5`, which opts back in locally.
 #![deny(unsafe_code)]
 
+pub mod api_server;
 pub mod bgp;
 pub mod config;
+pub mod ctrl_api;
+pub mod daemon;
 pub mod endpoints;
 pub mod metrics;
 pub mod programming;

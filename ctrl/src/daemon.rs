@@ -1,0 +1,573 @@
+//! The daemon: wires the datastore, IPAM, endpoint API, BGP speaker,
+//! registry, routing and the vrouter executor together.
+//!
+//! Threads and tasks:
+//! - the executor thread owns the [`Executor`] and takes batches of
+//!   requests from a channel; every second without work it reconciles
+//!   (Hello, and a Sync when the vrouter was away or restarted);
+//! - the API thread accepts on `ctrl.sock`, one thread per connection;
+//! - the control loop (the main thread) runs once a second: heartbeat in
+//!   the registry, mesh peers = live nodes, announce/withdraw our blocks,
+//!   refresh pools for routing, export metrics. It uses plain threads because
+//!   every datastore call blocks;
+//! - tokio tasks: the BGP speaker, learned routes → executor, metrics HTTP.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use brindle_api::framing::{RemoteError, RemoteErrorKind, Reply};
+use brindle_api::vrouter::{
+    NodeConfig, PortKind, PortSpec, Route, RouteTarget, VrouterRequest, VxlanConfig,
+};
+use brindle_ipam::Ipam;
+use brindle_ipam::model::{IpamConfig, Pool};
+use brindle_ipam::store::{Datastore, EmbeddedMode, EmbeddedStore, EtcdStore};
+use ipnet::IpNet;
+use serde_json::Value;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::api_server::{self, ApiServer, CtrlOps};
+use crate::bgp::speaker::{PeerConfig, Speaker, SpeakerConfig};
+use crate::config::{Config, Validated};
+use crate::ctrl_api::{CtrlRequest, NodeStatus, NodeView};
+use crate::endpoints::{EndpointHandler, EndpointStore};
+use crate::metrics::{self, Metrics, StateLabel};
+use crate::programming::dataplane::SocketDataplane;
+use crate::programming::executor::Executor;
+use crate::registry::{NodeRecord, Registry, Role, mesh_peers, now_ms};
+use crate::routing::{PoolRouting, Underlay, block_diff, request_for};
+
+/// Key prefix of the IPAM data.
+pub const IPAM_PREFIX: &str = "/brindle/ipam";
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// A start-up step failed.
+    #[error("{step}: {message}")]
+    Start {
+        /// What was being done.
+        step: &'static str,
+        /// Why it failed.
+        message: String,
+    },
+}
+
+fn start_err(step: &'static str) -> impl FnOnce(String) -> DaemonError {
+    move |message| DaemonError::Start { step, message }
+}
+
+/// What the control loop publishes for `ctrl_node_status`.
+#[derive(Default)]
+struct Shared {
+    announced: BTreeSet<IpNet>,
+    nodes: Vec<NodeRecord>,
+}
+
+struct Ctrl {
+    rt: tokio::runtime::Handle,
+    speaker: Arc<Mutex<Option<Speaker>>>,
+    shared: Arc<Mutex<Shared>>,
+    config: Config,
+    validated: Validated,
+    store_kind: &'static str,
+    vrouter_reachable: Arc<AtomicBool>,
+    endpoints: EndpointStore,
+}
+
+fn internal(message: String) -> Reply<Value> {
+    Reply::Error(RemoteError {
+        kind: RemoteErrorKind::Internal,
+        message,
+    })
+}
+
+fn to_reply<T: serde::Serialize>(v: T) -> Reply<Value> {
+    match serde_json::to_value(v) {
+        Ok(result) => Reply::Ok { result },
+        Err(e) => internal(e.to_string()),
+    }
+}
+
+impl CtrlOps for Ctrl {
+    fn handle(&self, req: CtrlRequest) -> Reply<Value> {
+        let guard = self.speaker.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(speaker) = guard.as_ref() else {
+            return internal("shutting down".into());
+        };
+        match req {
+            CtrlRequest::CtrlBgpPeers => match self.rt.block_on(speaker.peers()) {
+                Ok(p) => to_reply(p),
+                Err(e) => internal(e.to_string()),
+            },
+            CtrlRequest::CtrlBgpRoutes => match self.rt.block_on(speaker.routes()) {
+                Ok(r) => to_reply(r),
+                Err(e) => internal(e.to_string()),
+            },
+            CtrlRequest::CtrlNodeStatus => {
+                drop(guard);
+                let shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+                let now = now_ms();
+                to_reply(NodeStatus {
+                    name: self.validated.node_name.clone(),
+                    address: self.validated.node_address,
+                    as_number: self.config.bgp.as_number,
+                    datastore: self.store_kind.into(),
+                    vrouter_reachable: self.vrouter_reachable.load(Ordering::Relaxed),
+                    endpoints: self.endpoints.list(None).map(|l| l.len()).unwrap_or(0),
+                    announced_blocks: shared.announced.iter().copied().collect(),
+                    nodes: shared
+                        .nodes
+                        .iter()
+                        .map(|n| NodeView {
+                            live: n.is_live(now),
+                            record: n.clone(),
+                        })
+                        .collect(),
+                })
+            }
+        }
+    }
+}
+
+fn open_store(config: &Config) -> Result<Arc<dyn Datastore>, DaemonError> {
+    match config.datastore.kind.as_str() {
+        "etcd" => EtcdStore::connect(&config.datastore.endpoints, Duration::from_secs(5))
+            .map(|s| Arc::new(s) as Arc<dyn Datastore>)
+            .map_err(|e| start_err("connecting to etcd")(e.to_string())),
+        _ => EmbeddedStore::open(
+            config.datastore.path.join("ipam.redb"),
+            EmbeddedMode::Exclusive,
+            Duration::from_secs(10),
+        )
+        .map(|s| Arc::new(s) as Arc<dyn Datastore>)
+        .map_err(|e| start_err("opening the embedded datastore")(e.to_string())),
+    }
+}
+
+fn bootstrap_ipam(
+    ipam: &Ipam<Arc<dyn Datastore>>,
+    config: &Config,
+    v: &Validated,
+) -> Result<(), DaemonError> {
+    let err = |e: brindle_ipam::IpamError| start_err("bootstrapping IPAM")(e.to_string());
+    ipam.set_config_if_absent(&IpamConfig {
+        strict_affinity: config.ipam.strict_affinity,
+        max_blocks_per_host: 0,
+    })
+    .map_err(err)?;
+    if ipam.pools().map_err(err)?.is_empty() {
+        let name = match v.default_pool {
+            IpNet::V4(_) => "default-ipv4",
+            IpNet::V6(_) => "default-ipv6",
+        };
+        let mut pool = Pool::new(name, v.default_pool);
+        pool.block_size = Some(config.ipam.block_size);
+        pool.encapsulation =
+            serde_json::from_value(Value::String(config.ipam.encapsulation.clone()))
+                .map_err(|e| start_err("bootstrapping IPAM")(e.to_string()))?;
+        pool.nat_outgoing = config.ipam.nat_outgoing;
+        ipam.put_pool(&pool).map_err(err)?;
+        info!(pool = %v.default_pool, "created the default pool");
+    }
+    Ok(())
+}
+
+/// Runs the daemon until SIGINT or SIGTERM.
+pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| start_err("starting the runtime")(e.to_string()))?;
+    let _span = info_span!("node", name = %v.node_name).entered();
+
+    let store = open_store(&config)?;
+    let store_kind = store.kind();
+    let ipam = Arc::new(Ipam::new(store.clone(), IPAM_PREFIX));
+    bootstrap_ipam(&ipam, &config, &v)?;
+    let metrics = Arc::new(Metrics::new());
+    let registry = Registry::new(store.clone());
+
+    // The executor thread.
+    let (program_tx, program_rx) = mpsc::channel::<Vec<VrouterRequest>>();
+    let mut executor = Executor::new(
+        SocketDataplane::new(&config.vrouter.socket, Duration::from_secs(10)),
+        Some(metrics.clone()),
+    );
+    let vrouter_reachable = executor.reachable_flag();
+    let endpoint_store = EndpointStore::new(store.clone(), &v.node_name);
+    let endpoints = Arc::new(EndpointHandler {
+        store: endpoint_store.clone(),
+        programming: program_tx.clone(),
+        vrouter_reachable: vrouter_reachable.clone(),
+        metrics: Some(metrics.clone()),
+    });
+    let _ = program_tx.send(vec![
+        VrouterRequest::SetNode {
+            node: NodeConfig {
+                address_v4: Some(v.node_address),
+                address_v6: None,
+                underlay_subnet: v.underlay_subnet,
+                vxlan: VxlanConfig::default(),
+                tunnel_peers: Vec::new(),
+            },
+        },
+        VrouterRequest::AddPorts {
+            ports: vec![PortSpec {
+                name: config.vrouter.uplink.clone(),
+                kind: PortKind::Uplink,
+                addresses: Vec::new(),
+                peer_mac: None,
+                endpoint: None,
+            }],
+        },
+    ]);
+    let restored = endpoints
+        .restore()
+        .map_err(|e| start_err("reading endpoints")(e.to_string()))?;
+    info!(endpoints = restored, "restored endpoints");
+    let exec_span = tracing::Span::current();
+    let executor_thread = std::thread::Builder::new()
+        .name("vrouter-exec".into())
+        .spawn(move || {
+            let _e = exec_span.enter();
+            loop {
+                match program_rx.recv_timeout(Duration::from_secs(1)) {
+                    Ok(mut batch) => {
+                        while let Ok(more) = program_rx.try_recv() {
+                            batch.extend(more);
+                        }
+                        executor.submit(batch);
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => executor.reconcile(),
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            }
+        })
+        .map_err(|e| start_err("starting the executor")(e.to_string()))?;
+
+    // BGP.
+    let mut speaker_config = SpeakerConfig::new(config.bgp.as_number, v.node_address);
+    speaker_config.listen = Some(SocketAddr::new(
+        IpAddr::V4(v.node_address),
+        config.bgp.listen_port,
+    ));
+    speaker_config.cluster_id = v.cluster_id;
+    let (speaker, mut changes) = rt
+        .block_on(Speaker::start(speaker_config))
+        .map_err(|e| start_err("starting BGP")(e.to_string()))?;
+    for p in &config.bgp.peers {
+        let mut pc = PeerConfig::new(p.address, p.as_number);
+        pc.port = p.port.unwrap_or(179);
+        pc.password = p.password.clone();
+        pc.max_prefixes = p.max_prefixes;
+        pc.rr_client = p.rr_client;
+        pc.hold_time = config.bgp.hold_time_secs;
+        rt.block_on(speaker.add_peer(pc))
+            .map_err(|e| start_err("adding an explicit BGP peer")(e.to_string()))?;
+    }
+    let speaker = Arc::new(Mutex::new(Some(speaker)));
+    let pools: Arc<Mutex<Vec<PoolRouting>>> = Arc::default();
+    let underlay = Underlay {
+        uplink: config.vrouter.uplink.clone(),
+        subnet: v.underlay_subnet,
+    };
+    {
+        let pools = pools.clone();
+        let tx = program_tx.clone();
+        rt.spawn(
+            async move {
+                while let Some(change) = changes.recv().await {
+                    let pools = pools.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    tracing::debug!(?change, "learned route change");
+                    let _ = tx.send(vec![request_for(&change, &pools, &underlay)]);
+                }
+            }
+            .instrument(tracing::Span::current()),
+        );
+    }
+
+    // Metrics.
+    let ready = Arc::new(AtomicBool::new(false));
+    let metrics_listener = rt
+        .block_on(metrics::bind(v.metrics_listen))
+        .map_err(|e| start_err("binding the metrics listener")(e.to_string()))?;
+    rt.spawn(metrics::serve(
+        metrics_listener,
+        metrics.clone(),
+        ready.clone(),
+    ));
+
+    // The API socket.
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let ctrl = Arc::new(Ctrl {
+        rt: rt.handle().clone(),
+        speaker: speaker.clone(),
+        shared: shared.clone(),
+        config: config.clone(),
+        validated: v.clone(),
+        store_kind,
+        vrouter_reachable: vrouter_reachable.clone(),
+        endpoints: endpoint_store,
+    });
+    let listener = api_server::bind(&config.api.socket)
+        .map_err(|e| start_err("binding the API socket")(e.to_string()))?;
+    let server = Arc::new(ApiServer {
+        ipam: ipam.clone(),
+        endpoints,
+        ctrl,
+    });
+    std::thread::Builder::new()
+        .name("ctrl-api".into())
+        .spawn(move || api_server::serve(listener, server))
+        .map_err(|e| start_err("starting the API")(e.to_string()))?;
+    info!(socket = %config.api.socket.display(), bgp_port = config.bgp.listen_port, "brindle-ctrl running");
+
+    // Shutdown on a signal.
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        rt.spawn(async move {
+            let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+
+    // The control loop.
+    let mut peers: BTreeMap<IpAddr, u16> = BTreeMap::new();
+    let mut own_blackholes: BTreeSet<IpNet> = BTreeSet::new();
+    while !stop.load(Ordering::Relaxed) {
+        control_step(
+            &rt,
+            &config,
+            &v,
+            &ipam,
+            &registry,
+            &speaker,
+            &pools,
+            &shared,
+            &mut peers,
+            &mut own_blackholes,
+            &program_tx,
+            &metrics,
+            &ready,
+            &vrouter_reachable,
+        );
+        for _ in 0..10 {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    info!("shutting down: withdrawing our routes");
+    let speaker = speaker.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(s) = speaker {
+        rt.block_on(s.shutdown());
+    }
+    let _ = std::fs::remove_file(&config.api.socket);
+    drop(program_tx);
+    // The executor exits once every sender is gone; the API threads hold
+    // one, so do not wait for it.
+    drop(executor_thread);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn control_step(
+    rt: &tokio::runtime::Runtime,
+    config: &Config,
+    v: &Validated,
+    ipam: &Ipam<Arc<dyn Datastore>>,
+    registry: &Registry,
+    speaker: &Mutex<Option<Speaker>>,
+    pools: &Mutex<Vec<PoolRouting>>,
+    shared: &Mutex<Shared>,
+    peers: &mut BTreeMap<IpAddr, u16>,
+    own_blackholes: &mut BTreeSet<IpNet>,
+    program_tx: &mpsc::Sender<Vec<VrouterRequest>>,
+    metrics: &Metrics,
+    ready: &AtomicBool,
+    vrouter_reachable: &AtomicBool,
+) {
+    let guard = speaker.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(speaker) = guard.as_ref() else {
+        return;
+    };
+    let mut store_ok = true;
+
+    // Pools (for routing learned prefixes).
+    match ipam.pools() {
+        Ok(list) => {
+            *pools.lock().unwrap_or_else(|p| p.into_inner()) = list
+                .into_iter()
+                .map(|p| PoolRouting {
+                    cidr: p.cidr,
+                    encapsulation: p.encapsulation,
+                })
+                .collect();
+        }
+        Err(e) => {
+            store_ok = false;
+            warn!(error = %e, "reading pools");
+        }
+    }
+
+    // Our blocks: announce with the node address as next hop, withdraw on
+    // release; a blackhole route for each so addresses of the block without
+    // an endpoint are dropped here rather than sent back to the uplink.
+    let affine: Option<BTreeSet<IpNet>> = match ipam.blocks() {
+        Ok(blocks) => Some(
+            blocks
+                .into_iter()
+                .filter(|b| b.affinity.as_deref() == Some(v.node_name.as_str()))
+                .map(|b| b.cidr)
+                .collect(),
+        ),
+        Err(e) => {
+            store_ok = false;
+            warn!(error = %e, "reading blocks");
+            None
+        }
+    };
+    let mut shared_guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(affine) = &affine {
+        let (announce, withdraw) = block_diff(&shared_guard.announced, affine);
+        for b in &announce {
+            info!(block = %b, "announcing our block");
+            if let Err(e) = speaker.announce(*b, IpAddr::V4(v.node_address)) {
+                warn!(block = %b, error = %e, "announce failed");
+            }
+        }
+        for b in &withdraw {
+            info!(block = %b, "withdrawing a released block");
+            if let Err(e) = speaker.withdraw(*b) {
+                warn!(block = %b, error = %e, "withdraw failed");
+            }
+        }
+        let (add_bh, del_bh) = block_diff(own_blackholes, affine);
+        if !add_bh.is_empty() {
+            let _ = program_tx.send(vec![VrouterRequest::AddRoutes {
+                routes: add_bh
+                    .iter()
+                    .map(|b| Route {
+                        prefix: *b,
+                        target: RouteTarget::Blackhole,
+                    })
+                    .collect(),
+            }]);
+        }
+        if !del_bh.is_empty() {
+            let _ = program_tx.send(vec![VrouterRequest::RemoveRoutes { prefixes: del_bh }]);
+        }
+        own_blackholes.clone_from(affine);
+        shared_guard.announced.clone_from(affine);
+    }
+
+    // Heartbeat and the mesh.
+    let record = NodeRecord {
+        name: v.node_name.clone(),
+        address: v.node_address,
+        as_number: config.bgp.as_number,
+        bgp_port: config.bgp.listen_port,
+        role: if config.bgp.route_reflector {
+            Role::RouteReflector
+        } else {
+            Role::Node
+        },
+        blocks: shared_guard.announced.iter().copied().collect(),
+        heartbeat_ms: now_ms(),
+        lease_secs: config.bgp.node_lease_secs,
+    };
+    if let Err(e) = registry.heartbeat(&record) {
+        store_ok = false;
+        warn!(error = %e, "registry heartbeat");
+    }
+    match registry.nodes() {
+        Ok(nodes) => {
+            if config.bgp.node_to_node_mesh {
+                let now = now_ms();
+                let wanted: BTreeMap<IpAddr, &NodeRecord> = mesh_peers(&nodes, &v.node_name, now)
+                    .into_iter()
+                    .map(|n| (IpAddr::V4(n.address), n))
+                    .collect();
+                let gone: Vec<IpAddr> = peers
+                    .keys()
+                    .filter(|a| !wanted.contains_key(a))
+                    .copied()
+                    .collect();
+                for addr in gone {
+                    info!(peer = %addr, "node gone or dead: removing its BGP peer");
+                    if let Err(e) = rt.block_on(speaker.remove_peer(addr)) {
+                        warn!(peer = %addr, error = %e, "remove peer");
+                    }
+                    peers.remove(&addr);
+                }
+                for (addr, node) in wanted {
+                    if peers.get(&addr) == Some(&node.bgp_port) {
+                        continue;
+                    }
+                    if peers.contains_key(&addr) {
+                        let _ = rt.block_on(speaker.remove_peer(addr));
+                    }
+                    let mut pc = PeerConfig::new(addr, node.as_number);
+                    pc.port = node.bgp_port;
+                    pc.hold_time = config.bgp.hold_time_secs;
+                    pc.local_address = Some(IpAddr::V4(v.node_address));
+                    pc.rr_client = config.bgp.route_reflector && node.role != Role::RouteReflector;
+                    info!(peer = %addr, node = %node.name, "adding mesh peer");
+                    match rt.block_on(speaker.add_peer(pc)) {
+                        Ok(()) => {
+                            peers.insert(addr, node.bgp_port);
+                        }
+                        Err(e) => warn!(peer = %addr, error = %e, "add peer"),
+                    }
+                }
+            }
+            shared_guard.nodes = nodes;
+        }
+        Err(e) => {
+            store_ok = false;
+            warn!(error = %e, "reading the registry");
+        }
+    }
+    drop(shared_guard);
+
+    // Metrics.
+    if let Ok(list) = rt.block_on(speaker.peers()) {
+        metrics.bgp_peers.clear();
+        let (mut pin, mut pout, mut upd) = (0i64, 0i64, 0i64);
+        for p in &list {
+            metrics
+                .bgp_peers
+                .get_or_create(&StateLabel {
+                    state: format!("{:?}", p.state),
+                })
+                .inc();
+            pin += p.prefixes_in as i64;
+            pout += p.prefixes_out as i64;
+            upd += p.updates_in as i64;
+        }
+        metrics.bgp_prefixes_in.set(pin);
+        metrics.bgp_prefixes_out.set(pout);
+        metrics.bgp_updates_in.set(upd);
+    }
+    ready.store(
+        store_ok && vrouter_reachable.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
+}
