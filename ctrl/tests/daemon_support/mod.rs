@@ -1,0 +1,175 @@
+//! Helpers for the tests that run the real `brindle-ctrl` binary: a fake
+//! vrouter socket server that records requests, a daemon child process
+//! killed on drop, and polling with a deadline.
+
+#![allow(dead_code)]
+
+use std::io::BufReader;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use brindle_api::framing::{self, PROTOCOL_VERSION, Reply};
+use brindle_api::vrouter::{Changed, Hello, VrouterRequest};
+use serde_json::Value;
+
+/// A fake vrouter on a Unix socket: answers Hello with its boot ID and
+/// every change with `changed: 1`, and records every request.
+pub struct FakeVrouter {
+    pub path: PathBuf,
+    pub requests: Arc<Mutex<Vec<VrouterRequest>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl FakeVrouter {
+    pub fn start(path: &Path, boot_id: &str) -> FakeVrouter {
+        let _ = std::fs::remove_file(path);
+        let listener = UnixListener::bind(path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let requests: Arc<Mutex<Vec<VrouterRequest>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (rec, st, boot) = (requests.clone(), stop.clone(), boot_id.to_owned());
+        std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                let Ok((stream, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                stream.set_nonblocking(false).unwrap();
+                let (rec, boot) = (rec.clone(), boot.clone());
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(stream.try_clone().unwrap());
+                    let mut w = stream;
+                    while let Ok(Some(req)) = framing::read_message::<_, VrouterRequest>(&mut r) {
+                        let reply: Reply<Value> = Reply::Ok {
+                            result: match &req {
+                                VrouterRequest::Hello { .. } => serde_json::to_value(Hello {
+                                    version: PROTOCOL_VERSION,
+                                    boot_id: boot.clone(),
+                                })
+                                .unwrap(),
+                                VrouterRequest::DumpRoutes => Value::Array(vec![]),
+                                _ => serde_json::to_value(Changed { changed: 1 }).unwrap(),
+                            },
+                        };
+                        rec.lock().unwrap().push(req);
+                        if framing::write_message(&mut w, &reply).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        FakeVrouter {
+            path: path.to_owned(),
+            requests,
+            stop,
+        }
+    }
+
+    pub fn requests(&self) -> Vec<VrouterRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for FakeVrouter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A running `brindle-ctrl`, stopped (SIGTERM, then SIGKILL) on drop.
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts the daemon with `env` (BRINDLE_* variables) and waits until
+    /// its API socket answers.
+    pub fn start(env: &[(String, String)], socket: &Path, log: &Path) -> Daemon {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_brindle-ctrl"));
+        cmd.env("BRINDLE_CONFIG", "/dev/null")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap();
+        let d = Daemon {
+            child: Some(child),
+            socket: socket.to_owned(),
+            log: log.to_owned(),
+        };
+        let log = log.to_owned();
+        wait_for("the daemon's socket", Duration::from_secs(30), || {
+            brindle_api::framing::Client::connect(socket, Duration::from_secs(2)).is_ok()
+        })
+        .unwrap_or_else(|e| panic!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default()));
+        d
+    }
+
+    /// SIGTERM and wait.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Polls `f` every 100 ms until it holds or `limit` passes.
+pub fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if f() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A TCP port free right now on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
