@@ -1,0 +1,185 @@
+//! Three real `brindle-ctrl` daemons sharing one real etcd form a BGP full
+//! mesh from the node registry, and each programs (into its own fake
+//! vrouter) IPIP routes to the other two nodes' blocks.
+//!
+//! The nodes are 127.0.0.1, .2 and .3 on the loopback interface rather than
+//! three network namespaces: the whole 127/8 is local on Linux, so each
+//! daemon binds and sources its BGP sessions from its own address, and all
+//! of them reach the one etcd on 127.0.0.1 without a shared bridge. This
+//! needs no root and tests the same thing (registry → mesh → routes → vrouter
+//! programming); the namespace-level data path is the vrouter's to test.
+
+mod daemon_support;
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use brindle_api::framing::Client;
+use brindle_api::vrouter::{Encap, RouteTarget};
+use brindle_ctrl::programming::desired::Desired;
+use daemon_support::{Daemon, FakeVrouter, free_port, wait_for};
+use ipnet::IpNet;
+use serde_json::Value;
+
+/// A real etcd on loopback, killed on drop.
+struct Etcd {
+    child: Child,
+    url: String,
+}
+
+impl Etcd {
+    fn start(dir: &Path) -> Etcd {
+        let (client, peer) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .args(["--name", "t", "--data-dir"])
+            .arg(dir.join("etcd"))
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .arg(format!("--initial-cluster=t={peer_url}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("etcd.log")).unwrap())
+            .spawn()
+            .expect("etcd (Debian package etcd-server) must be installed");
+        let addr = format!("127.0.0.1:{client}");
+        wait_for("etcd", Duration::from_secs(20), || {
+            std::net::TcpStream::connect(&addr).is_ok()
+        })
+        .unwrap();
+        Etcd { child, url }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Node {
+    address: Ipv4Addr,
+    vrouter: FakeVrouter,
+    daemon: Daemon,
+    block: IpNet,
+}
+
+impl Node {
+    /// The routes the fake vrouter holds (requests replayed in order).
+    fn routes(&self) -> BTreeMap<IpNet, RouteTarget> {
+        let mut d = Desired::default();
+        for r in self.vrouter.requests() {
+            d.apply(&r);
+        }
+        d.routes
+    }
+}
+
+#[test]
+#[ignore = "starts a real etcd and three daemons (needs etcd-server)"]
+fn three_daemons_form_a_full_mesh_and_program_each_others_blocks() {
+    let top = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(top.path());
+    let bgp_port = free_port();
+    let mut nodes = Vec::new();
+    for i in 1..=3u8 {
+        let dir = top.path().join(format!("n{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let address = Ipv4Addr::new(127, 0, 0, i);
+        let vrouter = FakeVrouter::start(&dir.join("vrouter.sock"), &format!("boot-{i}"));
+        let env: Vec<(String, String)> = [
+            ("BRINDLE_NODE_NAME", format!("node-{i}")),
+            ("BRINDLE_NODE_ADDRESS", address.to_string()),
+            (
+                "BRINDLE_API_SOCKET",
+                dir.join("ctrl.sock").display().to_string(),
+            ),
+            (
+                "BRINDLE_VROUTER_SOCKET",
+                dir.join("vrouter.sock").display().to_string(),
+            ),
+            ("BRINDLE_DATASTORE_TYPE", "etcd".into()),
+            ("BRINDLE_DATASTORE_ENDPOINTS", etcd.url.clone()),
+            ("BRINDLE_BGP_LISTEN_PORT", bgp_port.to_string()),
+            ("BRINDLE_BGP_HOLD_TIME_SECS", "9".into()),
+            (
+                "BRINDLE_METRICS_LISTEN",
+                format!("{address}:{}", free_port()),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let daemon = Daemon::start(&env, &dir.join("ctrl.sock"), &dir.join("log"));
+        // One pod address claims a block for this node.
+        let mut c = Client::connect(dir.join("ctrl.sock"), Duration::from_secs(20)).unwrap();
+        let r: Value = c
+            .call(&serde_json::json!({"v":1,"op":"ipam_allocate",
+                "handle":{"network":"k8s-pod-network","container_id":format!("c{i}"),"ifname":"eth0"},
+                "node":format!("node-{i}"),"attrs":{},"ipv4":true,"ipv6":false}))
+            .unwrap();
+        let block: IpNet = r["addresses"][0]["block"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        nodes.push(Node {
+            address,
+            vrouter,
+            daemon,
+            block,
+        });
+    }
+    assert_ne!(nodes[0].block, nodes[1].block);
+    assert_ne!(nodes[1].block, nodes[2].block);
+
+    for me in &nodes {
+        let expected: Vec<(IpNet, RouteTarget)> = nodes
+            .iter()
+            .filter(|n| n.address != me.address)
+            .map(|n| {
+                (
+                    n.block,
+                    RouteTarget::Encap {
+                        encap: Encap::Ipip,
+                        remote: n.address,
+                    },
+                )
+            })
+            .collect();
+        wait_for(
+            "routes to the other two blocks",
+            Duration::from_secs(60),
+            || {
+                let routes = me.routes();
+                expected.iter().all(|(p, t)| routes.get(p) == Some(t))
+            },
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "{} {e}: has {:?}\n{}",
+                me.address,
+                me.routes(),
+                me.daemon.log()
+            )
+        });
+        // Its own block is a blackhole (more specific /32s go to pods).
+        assert_eq!(me.routes().get(&me.block), Some(&RouteTarget::Blackhole));
+    }
+    drop(nodes);
+    drop(etcd);
+}
