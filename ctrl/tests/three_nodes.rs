@@ -180,6 +180,20 @@ fn three_daemons_form_a_full_mesh_and_program_each_others_blocks() {
         // Its own block is a blackhole (more specific /32s go to pods).
         assert_eq!(me.routes().get(&me.block), Some(&RouteTarget::Blackhole));
     }
+
+    // Node 3 stops: it sends Cease, so the others withdraw its block at
+    // once (no graceful-restart hold for an administrative shutdown).
+    let mut third = nodes.pop().unwrap();
+    third.daemon.stop();
+    for me in &nodes {
+        wait_for("the stopped node's block to go", Duration::from_secs(30), || {
+            !me.routes().contains_key(&third.block)
+        })
+        .unwrap_or_else(|e| panic!("{} {e}: has {:?}", me.address, me.routes()));
+        let other = nodes.iter().find(|n| n.address != me.address).unwrap();
+        assert!(me.routes().contains_key(&other.block));
+    }
+    drop(third);
     drop(nodes);
     drop(etcd);
 }
