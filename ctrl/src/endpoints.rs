@@ -152,9 +152,10 @@ impl EndpointHandler {
         }
     }
 
-    fn recount(&self) {
-        if let Ok(all) = self.store.list(None) {
-            self.count(all.len());
+    /// Moves the endpoint gauge by `delta` (no list per request).
+    fn adjust(&self, delta: i64) {
+        if let Some(m) = &self.metrics {
+            m.endpoints.inc_by(delta);
         }
     }
 
@@ -171,13 +172,16 @@ impl EndpointHandler {
                 let reqs = endpoint_added(&endpoint)
                     .map_err(|m| error(RemoteErrorKind::InvalidRequest, m))?;
                 let old = self.store.put(&endpoint).map_err(unavailable)?;
-                if let Some(old) = old
-                    && (old.host_ifname != endpoint.host_ifname || old.ips != endpoint.ips)
-                {
-                    self.send(endpoint_removed(&old));
+                match old {
+                    None => self.adjust(1),
+                    Some(old)
+                        if old.host_ifname != endpoint.host_ifname || old.ips != endpoint.ips =>
+                    {
+                        self.send(endpoint_removed(&old));
+                    }
+                    Some(_) => {}
                 }
                 self.send(reqs);
-                self.recount();
                 info!(port = %endpoint.host_ifname, ips = ?endpoint.ips, "endpoint added");
                 ok(&*endpoint)
             }
@@ -186,7 +190,7 @@ impl EndpointHandler {
                 let old = self.store.delete(&key).map_err(unavailable)?;
                 if let Some(old) = &old {
                     self.send(endpoint_removed(old));
-                    self.recount();
+                    self.adjust(-1);
                     info!(port = %old.host_ifname, "endpoint deleted");
                 }
                 ok(Deleted {
@@ -212,11 +216,11 @@ impl EndpointHandler {
                     }
                     if self.store.delete(&ep.key).map_err(unavailable)?.is_some() {
                         self.send(endpoint_removed(&ep));
+                        self.adjust(-1);
                         info!(handle = %ep.key.handle(), "endpoint collected");
                         report.removed.push(ep.key);
                     }
                 }
-                self.recount();
                 ok(report)
             }
             EndpointRequest::Status => {
@@ -354,6 +358,30 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(all, vec![a]);
+    }
+
+    #[test]
+    fn the_endpoint_gauge_counts_records_not_requests() {
+        let (mut h, _rx) = handler();
+        let m = Arc::new(Metrics::new());
+        h.metrics = Some(m.clone());
+        let a = endpoint("c1", "bri1", "10.244.0.5/32");
+        let b = endpoint("c2", "bri2", "10.244.0.6/32");
+        for ep in [&a, &a, &b] {
+            h.handle(EndpointRequest::AddEndpoint {
+                endpoint: Box::new(ep.clone()),
+            });
+        }
+        assert_eq!(m.endpoints.get(), 2);
+        for _ in 0..2 {
+            h.handle(EndpointRequest::DeleteEndpoint { key: a.key.clone() });
+        }
+        assert_eq!(m.endpoints.get(), 1);
+        h.handle(EndpointRequest::GcEndpoints {
+            network: "k8s-pod-network".into(),
+            valid: vec![],
+        });
+        assert_eq!(m.endpoints.get(), 0);
     }
 
     #[test]
