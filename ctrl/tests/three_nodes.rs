@@ -7,7 +7,8 @@
 //! daemon binds and sources its BGP sessions from its own address, and all
 //! of them reach the one etcd on 127.0.0.1 without a shared bridge. This
 //! needs no root and tests the same thing (registry → mesh → routes → vrouter
-//! programming); the namespace-level data path is the vrouter's to test.
+//! programming, withdrawal when a node stops, a crashed node's lease running
+//! out); the namespace-level data path is the vrouter's to test.
 
 mod daemon_support;
 
@@ -116,6 +117,7 @@ fn three_daemons_form_a_full_mesh_and_program_each_others_blocks() {
             ("BRINDLE_DATASTORE_ENDPOINTS", etcd.url.clone()),
             ("BRINDLE_BGP_LISTEN_PORT", bgp_port.to_string()),
             ("BRINDLE_BGP_HOLD_TIME_SECS", "9".into()),
+            ("BRINDLE_BGP_NODE_LEASE_SECS", "3".into()),
             (
                 "BRINDLE_METRICS_LISTEN",
                 format!("{address}:{}", free_port()),
@@ -186,14 +188,48 @@ fn three_daemons_form_a_full_mesh_and_program_each_others_blocks() {
     let mut third = nodes.pop().unwrap();
     third.daemon.stop();
     for me in &nodes {
-        wait_for("the stopped node's block to go", Duration::from_secs(30), || {
-            !me.routes().contains_key(&third.block)
-        })
+        wait_for(
+            "the stopped node's block to go",
+            Duration::from_secs(30),
+            || !me.routes().contains_key(&third.block),
+        )
         .unwrap_or_else(|e| panic!("{} {e}: has {:?}", me.address, me.routes()));
         let other = nodes.iter().find(|n| n.address != me.address).unwrap();
         assert!(me.routes().contains_key(&other.block));
     }
     drop(third);
+
+    // Node 2 crashes (SIGKILL: no Cease). Its session fails, and since it
+    // announced graceful restart node 1 would hold its routes for 120 s;
+    // its registry lease (3 s) runs out first, the mesh drops it as a peer
+    // and its block goes.
+    let mut second = nodes.pop().unwrap();
+    second.daemon.kill();
+    let first = &nodes[0];
+    wait_for(
+        "the crashed node's block to go",
+        Duration::from_secs(60),
+        || !first.routes().contains_key(&second.block),
+    )
+    .unwrap_or_else(|e| panic!("{e}: has {:?}\n{}", first.routes(), first.daemon.log()));
+    let mut c = Client::connect(&first.daemon.socket, Duration::from_secs(10)).unwrap();
+    let status: Value = c
+        .call(&brindle_ctrl::ctrl_api::CtrlRequest::CtrlNodeStatus)
+        .unwrap();
+    let live: Vec<(String, bool)> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap().to_owned(),
+                n["live"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert!(live.contains(&("node-1".into(), true)), "{live:?}");
+    assert!(live.contains(&("node-2".into(), false)), "{live:?}");
+    drop(second);
     drop(nodes);
     drop(etcd);
 }

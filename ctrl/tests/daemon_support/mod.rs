@@ -140,6 +140,14 @@ impl Daemon {
         }
     }
 
+    /// SIGKILL: no Cease, no cleanup, like a crashed node.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
