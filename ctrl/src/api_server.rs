@@ -127,3 +127,87 @@ pub fn serve(listener: UnixListener, server: Arc<ApiServer>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use brindle_api::framing::Client;
+    use brindle_ipam::model::Pool;
+    use brindle_ipam::store::MemoryStore;
+    use serde_json::json;
+
+    use super::*;
+    use crate::endpoints::EndpointStore;
+
+    struct FixedCtrl;
+
+    impl CtrlOps for FixedCtrl {
+        fn handle(&self, req: CtrlRequest) -> Reply<Value> {
+            Reply::Ok {
+                result: json!({ "asked": format!("{req:?}") }),
+            }
+        }
+    }
+
+    fn server() -> Arc<ApiServer> {
+        let store: Arc<dyn Datastore> = Arc::new(MemoryStore::new());
+        let ipam = Ipam::new(store.clone(), "/brindle/ipam");
+        ipam.put_pool(&Pool::new("p", "10.3.0.0/24".parse().unwrap()))
+            .unwrap();
+        // Programming is not looked at here; sends to a closed channel are
+        // ignored by the handler.
+        let (tx, _) = mpsc::channel();
+        Arc::new(ApiServer {
+            ipam: Arc::new(ipam),
+            endpoints: Arc::new(EndpointHandler {
+                store: EndpointStore::new(store, "n1"),
+                programming: tx,
+                vrouter_reachable: Arc::new(AtomicBool::new(true)),
+                metrics: None,
+            }),
+            ctrl: Arc::new(FixedCtrl),
+        })
+    }
+
+    #[test]
+    fn requests_go_to_ipam_ctrl_or_endpoints_by_op() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/ctrl.sock");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"stale").unwrap();
+        let listener = bind(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let s = server();
+        std::thread::spawn(move || serve(listener, s));
+        let mut c = Client::connect(&path, Duration::from_secs(5)).unwrap();
+
+        let r: Value = c
+            .call(&json!({"v":1,"op":"ipam_allocate",
+                "handle":{"network":"n","container_id":"c","ifname":"eth0"},
+                "node":"n1","attrs":{},"ipv4":true,"ipv6":false}))
+            .unwrap();
+        assert_eq!(r["addresses"][0]["address"], "10.3.0.0/32");
+
+        let r: Value = c.call(&json!({"op":"ctrl_bgp_peers"})).unwrap();
+        assert_eq!(r["asked"], "CtrlBgpPeers");
+
+        let r: Value = c.call(&json!({"op":"list_endpoints"})).unwrap();
+        assert_eq!(r, json!([]));
+
+        let e = c.call::<_, Value>(&json!({"op":"frobnicate"})).unwrap_err();
+        assert!(e.to_string().contains("frobnicate"), "{e}");
+        let e = c.call::<_, Value>(&json!({"op":"ctrl_nope"})).unwrap_err();
+        assert!(e.to_string().contains("InvalidRequest"), "{e}");
+        let e = c
+            .call::<_, Value>(&json!({"v":1,"op":"ipam_allocate"}))
+            .unwrap_err();
+        assert!(e.to_string().contains("InvalidRequest"), "{e}");
+        // The connection survives bad requests.
+        let r: Value = c.call(&json!({"op":"status"})).unwrap();
+        assert_eq!(r["ready"], true);
+    }
+}

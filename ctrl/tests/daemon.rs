@@ -139,6 +139,17 @@ fn brindlectl(dir: &Path, args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::Read;
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
 /// The last Sync the fake received, if any.
 fn last_sync(v: &FakeVrouter) -> Option<brindle_api::vrouter::DesiredState> {
     v.requests().into_iter().rev().find_map(|r| match r {
@@ -200,6 +211,29 @@ fn an_endpoint_is_stored_programmed_listed_and_survives_a_restart() {
                 .is_some_and(|s| s.ports.iter().any(|p| p.name == "bri0123456789a"))
     })
     .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", vrouter.requests(), daemon.log()));
+
+    // Ready (datastore and vrouter reachable) and the gauge counts the pod.
+    let metrics_addr = env
+        .iter()
+        .find(|(k, _)| k == "BRINDLE_METRICS_LISTEN")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    wait_for("/readyz to say ready", Duration::from_secs(20), || {
+        http_get(&metrics_addr, "/readyz").starts_with("HTTP/1.1 200")
+    })
+    .unwrap();
+    let metrics = http_get(&metrics_addr, "/metrics");
+    assert!(metrics.contains("brindle_ctrl_endpoints 1"), "{metrics}");
+    assert!(
+        metrics.contains("brindle_ctrl_vrouter_reachable 1"),
+        "{metrics}"
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(dir.path().join("ctrl.sock"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
 
     let listed = brindlectl(dir.path(), &["endpoints"]);
     assert_eq!(listed[0]["key"]["container_id"], "c1");
