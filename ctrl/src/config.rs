@@ -77,10 +77,12 @@ pub struct ApiConfig {
 pub struct VrouterSection {
     /// Path of the vrouter's socket.
     pub socket: PathBuf,
-    /// The uplink's interface name (native routes go out of it).
+    /// The uplink's interface name (native routes go out of it); empty: the
+    /// interface holding `node_address`, else that of the default route.
     pub uplink: String,
-    /// The underlay subnet (for cross-subnet decisions); empty: none known,
-    /// so cross-subnet pools always encapsulate.
+    /// The underlay subnet (for cross-subnet decisions); empty: the subnet of
+    /// the interface holding `node_address`, if any (else none known, so
+    /// cross-subnet pools always encapsulate).
     pub underlay_subnet: String,
 }
 
@@ -201,7 +203,7 @@ impl Default for VrouterSection {
     fn default() -> Self {
         VrouterSection {
             socket: brindle_api::VROUTER_SOCKET.into(),
-            uplink: "eth0".into(),
+            uplink: String::new(),
             underlay_subnet: String::new(),
         }
     }
@@ -263,6 +265,8 @@ pub struct Validated {
     pub node_name: String,
     /// Node address.
     pub node_address: Ipv4Addr,
+    /// The uplink port's interface name.
+    pub uplink: String,
     /// Metrics listener.
     pub metrics_listen: SocketAddr,
     /// Default pool.
@@ -387,15 +391,51 @@ impl Config {
                 "node_name {node_name:?}: must be 1-253 bytes without '/'"
             ));
         }
-        let node_address: Ipv4Addr = match self.node_address.parse() {
-            Ok(a) => a,
-            Err(_) => {
-                return bad(format!(
-                    "node_address {:?}: must be this node's IPv4 underlay address \
-                     (discovery from the default route is not implemented)",
-                    self.node_address
-                ));
+        let default_iface = std::fs::read_to_string("/proc/net/route")
+            .ok()
+            .and_then(|t| default_route_interface(&t));
+        let interfaces = ipv4_interfaces();
+        let node_address: Ipv4Addr = if self.node_address.is_empty() {
+            let Some(iface) = &default_iface else {
+                return bad(
+                    "node_address is empty and there is no IPv4 default route to find it from"
+                        .into(),
+                );
+            };
+            match interfaces.iter().find(|(name, _)| name == iface) {
+                Some((_, net)) => net.addr(),
+                None => {
+                    return bad(format!(
+                        "node_address is empty and {iface} (the default route's interface) \
+                         has no IPv4 address"
+                    ));
+                }
             }
+        } else {
+            match self.node_address.parse() {
+                Ok(a) => a,
+                Err(_) => {
+                    return bad(format!(
+                        "node_address {:?}: must be this node's IPv4 underlay address",
+                        self.node_address
+                    ));
+                }
+            }
+        };
+        let holder = interfaces
+            .iter()
+            .find(|(_, net)| net.addr() == node_address);
+        let uplink = if !self.vrouter.uplink.is_empty() {
+            self.vrouter.uplink.clone()
+        } else if let Some((name, _)) = holder {
+            name.clone()
+        } else if let Some(iface) = default_iface {
+            iface
+        } else {
+            return bad(format!(
+                "vrouter.uplink is empty and neither an interface holding {node_address} \
+                 nor a default route was found: set it"
+            ));
         };
         if !["trace", "debug", "info", "warn", "error"].contains(&self.log_level.as_str()) {
             return bad(format!(
@@ -472,7 +512,7 @@ impl Config {
             ));
         }
         let underlay_subnet = if self.vrouter.underlay_subnet.is_empty() {
-            None
+            holder.map(|(_, net)| IpNet::V4(net.trunc()))
         } else {
             Some(self.vrouter.underlay_subnet.parse().map_err(|_| {
                 ConfigError::Invalid(format!(
@@ -484,12 +524,47 @@ impl Config {
         Ok(Validated {
             node_name,
             node_address,
+            uplink,
             metrics_listen,
             default_pool,
             underlay_subnet,
             cluster_id,
         })
     }
+}
+
+/// The interface of the IPv4 default route with the lowest metric, from the
+/// text of `/proc/net/route`.
+pub fn default_route_interface(proc_net_route: &str) -> Option<String> {
+    proc_net_route
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+            let (iface, dest, flags, metric, mask) =
+                (f.first()?, f.get(1)?, f.get(3)?, f.get(6)?, f.get(7)?);
+            let up = u32::from_str_radix(flags, 16).ok()? & 1 == 1;
+            (up && *dest == "00000000" && *mask == "00000000")
+                .then(|| (metric.parse::<u32>().unwrap_or(u32::MAX), iface.to_string()))
+        })
+        .min()
+        .map(|(_, iface)| iface)
+}
+
+/// Every IPv4 address of this host with its interface and prefix length.
+fn ipv4_interfaces() -> Vec<(String, ipnet::Ipv4Net)> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    addrs
+        .filter_map(|a| {
+            let ip = a.address?.as_sockaddr_in()?.ip();
+            let mask = a.netmask?.as_sockaddr_in()?.ip();
+            let len = u32::from(mask).leading_ones() as u8;
+            Some((a.interface_name, ipnet::Ipv4Net::new(ip, len).ok()?))
+        })
+        .collect()
 }
 
 /// Every overridable key path with its default value (its type).
@@ -671,6 +746,32 @@ mod tests {
         let mut c = good();
         c.log_level = "loud".into();
         assert!(error_of(c).contains("log_level"));
+    }
+
+    #[test]
+    fn the_default_route_interface_is_the_up_default_with_the_lowest_metric() {
+        let text = "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT\n\
+            eth1\t00000000\t0100A8C0\t0003\t0\t0\t200\t00000000\t0\t0\t0\n\
+            eth0\t00000000\t0100A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n\
+            eth2\t00000000\t0100A8C0\t0002\t0\t0\t0\t00000000\t0\t0\t0\n\
+            eth0\t0000A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
+        assert_eq!(default_route_interface(text).as_deref(), Some("eth0"));
+        assert_eq!(default_route_interface("Iface\tDestination\n"), None);
+    }
+
+    #[test]
+    fn the_uplink_and_subnet_come_from_the_interface_holding_the_node_address() {
+        let mut c = good();
+        c.node_address = "127.0.0.1".into();
+        let v = c.validate().unwrap();
+        assert_eq!(v.uplink, "lo");
+        assert_eq!(v.underlay_subnet, Some("127.0.0.0/8".parse().unwrap()));
+        // Explicit values win.
+        c.vrouter.uplink = "eth9".into();
+        c.vrouter.underlay_subnet = "10.0.0.0/24".into();
+        let v = c.validate().unwrap();
+        assert_eq!(v.uplink, "eth9");
+        assert_eq!(v.underlay_subnet, Some("10.0.0.0/24".parse().unwrap()));
     }
 
     #[test]

@@ -218,7 +218,7 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
         },
         VrouterRequest::AddPorts {
             ports: vec![PortSpec {
-                name: config.vrouter.uplink.clone(),
+                name: v.uplink.clone(),
                 kind: PortKind::Uplink,
                 addresses: Vec::new(),
                 peer_mac: None,
@@ -273,7 +273,7 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
     let speaker = Arc::new(Mutex::new(Some(speaker)));
     let pools: Arc<Mutex<Vec<PoolRouting>>> = Arc::default();
     let underlay = Underlay {
-        uplink: config.vrouter.uplink.clone(),
+        uplink: v.uplink.clone(),
         subnet: v.underlay_subnet,
     };
     {

@@ -45,6 +45,7 @@ fn an_explicit_ebgp_peer_exchanges_routes_with_the_daemon() {
             dir.path().join("data").display().to_string(),
         ),
         ("BRINDLE_METRICS_LISTEN", format!("{node}:{}", free_port())),
+        ("BRINDLE_VROUTER_UPLINK", "eth0".into()),
         (
             "BRINDLE_CONFIG",
             dir.path().join("node.toml").display().to_string(),

@@ -113,6 +113,7 @@ fn three_daemons_form_a_full_mesh_and_program_each_others_blocks() {
                 "BRINDLE_VROUTER_SOCKET",
                 dir.join("vrouter.sock").display().to_string(),
             ),
+            ("BRINDLE_VROUTER_UPLINK", "eth0".into()),
             ("BRINDLE_DATASTORE_TYPE", "etcd".into()),
             ("BRINDLE_DATASTORE_ENDPOINTS", etcd.url.clone()),
             ("BRINDLE_BGP_LISTEN_PORT", bgp_port.to_string()),
