@@ -247,6 +247,13 @@ pub trait Port: Send {
     /// arena's free list, refill the RX side from it, and kick the kernel
     /// when it needs waking.
     fn poll(&mut self, arena: &mut FrameArena, now: Instant) -> PortPoll;
+
+    /// Closes the port and gives every frame it still holds (fill, RX, TX
+    /// and completion rings) back to `arena`, so a port detached at run time
+    /// leaks no frames. The default, for ports that hold none, just drops.
+    fn release(self: Box<Self>, arena: &mut FrameArena) {
+        let _ = arena;
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@
 //!   crate with `unsafe` code.
 //! - [`frame`]: the frame arena (the UMEM, or a heap buffer in tests) and the
 //!   [`frame::Port`] trait every port implements.
-//! - [`port`]: the in-memory and replay ports, and pcap middleware.
+//! - [`port`]: the AF_XDP port and the AF_PACKET fallback, the in-memory
+//!   and replay ports, and pcap middleware.
 //! - [`endpoint`]: the port table (pod, uplink, host; MACs, MTU, the pod's
 //!   addresses for anti-spoofing).
 //! - [`neigh`]: the neighbour table and its miss path.
@@ -20,6 +21,8 @@
 //! - [`counters`]: per-worker counters and drop reasons.
 //! - [`worker`]: the poll loop over a worker's ports.
 //! - [`demo`]: the demo node (also the fixture of tests and benchmarks).
+//! - [`daemon`]: `brindle-vrouter run` (static) and `serve` (programmed over
+//!   the Unix socket), the worker thread, the control state, metrics.
 //!
 //! Tests: `cargo test -p brindle-vrouter` (no root). Benchmarks:
 //! `cargo bench -p brindle-vrouter`. See `vrouter/README.md`.
@@ -27,6 +30,7 @@
 
 pub mod arp;
 pub mod counters;
+pub mod daemon;
 pub mod demo;
 pub mod endpoint;
 pub mod frame;

@@ -24,11 +24,35 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         pcap: Option<std::path::PathBuf>,
     },
+    /// Forward between AF_XDP (or AF_PACKET) ports with static ports,
+    /// routes and neighbours, no controller, until SIGINT or SIGTERM; then
+    /// detach, close, and print the counters.
+    Run(brindle_vrouter::daemon::RunArgs),
+    /// The node daemon: start with no ports, take ports, routes, neighbours
+    /// and node settings over the programming socket
+    /// (/run/brindle/vrouter.sock), serve metrics and health on
+    /// 127.0.0.1:9092, until SIGINT or SIGTERM.
+    Serve(brindle_vrouter::daemon::serve::ServeArgs),
 }
 
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match cli.command {
+        Command::Serve(args) => {
+            brindle_vrouter::daemon::serve::serve(&args.resolve()?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run(args) => {
+            brindle_vrouter::daemon::run::run(&args.resolve()?)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Demo { pcap } => {
             let ok = brindle_vrouter::demo::run(&mut std::io::stdout().lock(), pcap.as_deref())?;
             Ok(if ok {

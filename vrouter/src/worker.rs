@@ -48,10 +48,25 @@ use crate::fib::FibReader;
 use crate::frame::{FrameArena, FrameDesc, Port, PortId};
 use crate::pipeline::{BURST, Pipeline, PipelineConfig, TxBatches};
 
+/// Packets and bytes one port received and transmitted (counted per burst,
+/// not per frame).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames the port took for transmission.
+    pub tx_packets: u64,
+    /// Bytes the port took for transmission.
+    pub tx_bytes: u64,
+}
+
 /// One poll-mode worker.
 pub struct Worker {
     arena: FrameArena,
     ports: Vec<Box<dyn Port>>,
+    port_stats: Vec<PortStats>,
     pipeline: Pipeline,
     rx: [FrameDesc; BURST],
     tx: TxBatches,
@@ -63,6 +78,7 @@ impl Worker {
         Worker {
             arena,
             ports: Vec::new(),
+            port_stats: Vec::new(),
             pipeline: Pipeline::new(cfg, PortTable::default(), fib),
             rx: [FrameDesc::default(); BURST],
             tx: TxBatches::new(0),
@@ -75,8 +91,55 @@ impl Worker {
         let id = self.pipeline.ports_mut().push(endpoint);
         debug_assert_eq!(id as usize, self.ports.len());
         self.ports.push(port);
+        self.port_stats.push(PortStats::default());
         self.tx.add_port();
         id
+    }
+
+    /// Puts `port` and `endpoint` in slot `id` (a slot freed by
+    /// [`Worker::detach_port`], or the next new one); the old port is
+    /// released into the arena. Returns `false`, changing nothing, if `id`
+    /// is past the next new slot.
+    pub fn set_port(&mut self, id: PortId, port: Box<dyn Port>, endpoint: Endpoint) -> bool {
+        let i = id as usize;
+        if i == self.ports.len() {
+            self.add_port(port, endpoint);
+            return true;
+        }
+        if i > self.ports.len() {
+            return false;
+        }
+        let old = std::mem::replace(&mut self.ports[i], port);
+        old.release(&mut self.arena);
+        if let Some(ep) = self.pipeline.ports_mut().get_mut(id) {
+            *ep = endpoint;
+        }
+        self.port_stats[i] = PortStats::default();
+        true
+    }
+
+    /// Closes the port in slot `id` and gives its frames back; the slot
+    /// keeps a detached placeholder (no frames in or out, anti-spoofing
+    /// with no allowed address) until [`Worker::set_port`] reuses it.
+    pub fn detach_port(&mut self, id: PortId) -> bool {
+        if id as usize >= self.ports.len() {
+            return false;
+        }
+        self.set_port(
+            id,
+            Box::new(crate::port::DetachedPort),
+            Endpoint::pod(Vec::new(), None, 0),
+        )
+    }
+
+    /// Per-port packet and byte counts.
+    pub fn port_stats(&self, id: PortId) -> Option<PortStats> {
+        self.port_stats.get(id as usize).copied()
+    }
+
+    /// Number of port slots (attached and detached).
+    pub fn port_slots(&self) -> usize {
+        self.ports.len()
     }
 
     /// The arena (for its free count, or the UMEM to bind sockets to).
@@ -113,6 +176,9 @@ impl Worker {
                 continue;
             }
             received += n;
+            let stats = &mut self.port_stats[ingress];
+            stats.rx_packets += n as u64;
+            stats.rx_bytes += self.rx[..n].iter().map(|d| u64::from(d.len)).sum::<u64>();
             self.pipeline.process(
                 &mut self.arena,
                 ingress as PortId,
@@ -139,9 +205,13 @@ impl Worker {
                 continue;
             }
             let taken = port.tx_burst(&mut self.arena, batch);
+            let bytes = batch[..taken].iter().map(|d| u64::from(d.len)).sum::<u64>();
+            let stats = &mut self.port_stats[id];
+            stats.tx_packets += taken as u64;
+            stats.tx_bytes += bytes;
             let counters = self.pipeline.counters_mut();
             counters.tx_packets += taken as u64;
-            counters.tx_bytes += batch[..taken].iter().map(|d| u64::from(d.len)).sum::<u64>();
+            counters.tx_bytes += bytes;
             for d in &batch[taken..] {
                 self.arena.free(d.addr);
                 counters.drop(DropReason::TxRingFull);

@@ -259,6 +259,12 @@ impl Pipeline {
         &self.cfg
     }
 
+    /// Replaces the configuration (the daemon's control thread: node
+    /// address, VXLAN settings), keeping ports, neighbours and counters.
+    pub fn set_config(&mut self, cfg: PipelineConfig) {
+        self.cfg = cfg;
+    }
+
     /// The port table.
     pub fn ports(&self) -> &PortTable {
         &self.ports

@@ -1,0 +1,371 @@
+//! The AF_XDP port: one [`XskSocket`] on queue 0 of an interface, bound on
+//! the UMEM that backs the worker's [`FrameArena`], with the steering
+//! program attached to the interface.
+//!
+//! Every socket of a worker shares the worker's UMEM (XDP_SHARED_UMEM), so a
+//! frame received on one port leaves on another by handing over its
+//! descriptor: no copy. The arena is built over the [`Umem`] itself
+//! ([`umem_arena`]); sockets are bound later through a [`UmemHandle`], which
+//! can also be done from a control thread.
+//!
+//! Frame accounting: each port keeps at most `fill_budget` frames on its
+//! fill ring, so an idle direction cannot park the whole UMEM there (the
+//! xsk forward bench saw exactly that). Completed transmissions go straight
+//! back to the arena's free list in [`Port::poll`].
+
+use std::time::Instant;
+
+use brindle_xsk::{
+    Desc, Role, Steering, Umem, UmemHandle, XdpAttachment, XdpMode, XskConfig, XskSocket,
+};
+
+use crate::frame::{ArenaMemory, FrameArena, FrameDesc, Port, PortPoll};
+use crate::pipeline::BURST;
+
+impl ArenaMemory for Umem {
+    fn bytes(&self) -> &[u8] {
+        self.as_slice()
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}
+
+/// Moves `umem` into a new arena; returns the arena and the handle to bind
+/// sockets on it.
+pub fn umem_arena(umem: Umem) -> (FrameArena, UmemHandle) {
+    let handle = umem.handle();
+    let frame_size = umem.frame_size();
+    (FrameArena::from_memory(Box::new(umem), frame_size), handle)
+}
+
+/// Counters of one AF_XDP port, beyond the pipeline's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpPortStats {
+    /// `sendto` kicks made.
+    pub tx_kicks: u64,
+    /// Kicks that failed with an error other than "busy".
+    pub tx_kick_errors: u64,
+    /// RX wake-ups made because the fill ring asked for one.
+    pub rx_wakeups: u64,
+}
+
+/// A port on an AF_XDP socket.
+pub struct XdpPort {
+    name: String,
+    mac: [u8; 6],
+    mtu: u32,
+    socket: XskSocket,
+    /// Which chunks (by index) this port holds on its fill, RX, TX or
+    /// completion ring: one byte written per frame, so that a port detached
+    /// at run time gives every one of them back ([`Port::release`]).
+    held: Vec<bool>,
+    frame_shift: u32,
+    /// Dropping it detaches the program (graceful stop leaves the interface
+    /// as it was). Declared after the socket is irrelevant: the kernel drops
+    /// the XSKMAP entry when the socket closes, and the program passes.
+    attachment: Option<XdpAttachment>,
+    fill_budget: u32,
+    on_fill_ring: u32,
+    descs: Vec<Desc>,
+    addrs: Vec<u64>,
+    stats: XdpPortStats,
+}
+
+/// How to open an [`XdpPort`].
+#[derive(Clone, Copy, Debug)]
+pub struct XdpPortConfig {
+    /// Socket options (ring sizes, bind mode, need_wakeup, busy polling).
+    pub socket: XskConfig,
+    /// Native, generic or auto XDP attach.
+    pub xdp_mode: XdpMode,
+    /// Frames this port keeps on its fill ring at most.
+    pub fill_budget: u32,
+    /// Chunks in the UMEM (the arena's `frames()`).
+    pub umem_frames: u32,
+    /// Chunk size of the UMEM (the arena's `frame_size()`).
+    pub frame_size: u32,
+}
+
+impl Default for XdpPortConfig {
+    fn default() -> Self {
+        XdpPortConfig {
+            socket: XskConfig::default(),
+            xdp_mode: XdpMode::Auto,
+            fill_budget: 1024,
+            umem_frames: 4096,
+            frame_size: 2048,
+        }
+    }
+}
+
+impl XdpPort {
+    /// Binds a socket on queue 0 of `ifname` over `umem`, attaches the
+    /// steering program for `role` and puts the socket in its map.
+    pub fn open(
+        umem: &UmemHandle,
+        steering: &Steering,
+        ifname: &str,
+        role: Role,
+        link: LinkInfo,
+        config: &XdpPortConfig,
+    ) -> brindle_xsk::Result<XdpPort> {
+        let ifindex = brindle_xsk::ifindex(ifname)?;
+        let socket = XskSocket::bind_handle(umem, ifindex, 0, &config.socket)?;
+        let attachment = steering.attach(ifindex, role, config.xdp_mode)?;
+        attachment.set_socket(&socket)?;
+        tracing::info!(
+            port = ifname,
+            ?role,
+            xdp_mode = ?attachment.mode(),
+            zero_copy = socket.is_zero_copy(),
+            "AF_XDP port open"
+        );
+        Ok(XdpPort {
+            name: ifname.to_owned(),
+            mac: link.mac,
+            mtu: link.mtu,
+            socket,
+            held: vec![false; config.umem_frames as usize],
+            frame_shift: config.frame_size.max(1).trailing_zeros(),
+            attachment: Some(attachment),
+            fill_budget: config.fill_budget.min(config.socket.fill_size),
+            on_fill_ring: 0,
+            descs: vec![Desc::default(); BURST],
+            addrs: vec![0; BURST.max(256)],
+            stats: XdpPortStats::default(),
+        })
+    }
+
+    /// The port's own counters.
+    pub fn stats(&self) -> XdpPortStats {
+        self.stats
+    }
+
+    /// The attached program, if any (for its verdict counters).
+    pub fn attachment(&self) -> Option<&XdpAttachment> {
+        self.attachment.as_ref()
+    }
+
+    fn kick(&mut self) {
+        match self.socket.kick_tx() {
+            Ok(true) => self.stats.tx_kicks += 1,
+            Ok(false) => {}
+            Err(e) => {
+                self.stats.tx_kick_errors += 1;
+                tracing::debug!(port = %self.name, error = %e, "TX kick failed");
+            }
+        }
+    }
+}
+
+impl Port for XdpPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    fn rx_burst(&mut self, _arena: &mut FrameArena, descs: &mut [FrameDesc]) -> usize {
+        let max = descs.len().min(self.descs.len());
+        let n = self.socket.rx_burst(&mut self.descs[..max]);
+        for (out, d) in descs.iter_mut().zip(&self.descs[..n]) {
+            *out = FrameDesc {
+                addr: d.addr,
+                len: d.len,
+            };
+            hold(&mut self.held, self.frame_shift, d.addr, false);
+        }
+        self.on_fill_ring = self.on_fill_ring.saturating_sub(n as u32);
+        n
+    }
+
+    fn tx_burst(&mut self, _arena: &mut FrameArena, descs: &[FrameDesc]) -> usize {
+        let mut taken = 0;
+        // Same arena, so the descriptors are valid for this socket as they
+        // are: only the type changes.
+        for chunk in descs.chunks(self.descs.len()) {
+            for (d, f) in self.descs.iter_mut().zip(chunk) {
+                *d = Desc {
+                    addr: f.addr,
+                    len: f.len,
+                };
+            }
+            let n = self.socket.tx_burst(&self.descs[..chunk.len()]);
+            for f in &chunk[..n] {
+                hold(&mut self.held, self.frame_shift, f.addr, true);
+            }
+            taken += n;
+            if n < chunk.len() {
+                break;
+            }
+        }
+        // Once per batch: per-frame kicks halve the rate (AFXDP-NOTES).
+        self.kick();
+        taken
+    }
+
+    fn poll(&mut self, arena: &mut FrameArena, _now: Instant) -> PortPoll {
+        let mut result = PortPoll::default();
+        loop {
+            let n = self.socket.reap_completions(&mut self.addrs);
+            for &a in &self.addrs[..n] {
+                hold(&mut self.held, self.frame_shift, a, false);
+                arena.free(a);
+            }
+            result.tx_completed += n as u32;
+            if n < self.addrs.len() {
+                break;
+            }
+        }
+        // Copy-mode TX only progresses inside sendto.
+        if self.socket.tx_pending() > 0 {
+            self.kick();
+        }
+        let want =
+            (self.fill_budget.saturating_sub(self.on_fill_ring) as usize).min(self.addrs.len());
+        let mut got = 0;
+        while got < want {
+            match arena.alloc() {
+                Some(a) => {
+                    self.addrs[got] = a;
+                    got += 1;
+                }
+                None => break,
+            }
+        }
+        if got > 0 {
+            let filled = self.socket.fill(&self.addrs[..got]);
+            for &a in &self.addrs[..filled] {
+                hold(&mut self.held, self.frame_shift, a, true);
+            }
+            for &a in &self.addrs[filled..got] {
+                arena.free(a);
+            }
+            self.on_fill_ring += filled as u32;
+            result.rx_refilled = filled as u32;
+        }
+        if self.socket.fill_needs_wakeup() {
+            self.stats.rx_wakeups += 1;
+            if let Err(e) = self.socket.wake_rx() {
+                tracing::debug!(port = %self.name, error = %e, "RX wake-up failed");
+            }
+        }
+        result
+    }
+
+    fn release(self: Box<Self>, arena: &mut FrameArena) {
+        let XdpPort {
+            socket,
+            attachment,
+            held,
+            frame_shift,
+            name,
+            ..
+        } = *self;
+        // Detach first so the kernel passes the interface's traffic, then
+        // close: after that the kernel holds none of the socket's frames.
+        if let Some(a) = attachment
+            && let Err(e) = a.detach()
+        {
+            tracing::warn!(port = %name, error = %e, "detaching the XDP program failed");
+        }
+        drop(socket);
+        let mut returned = 0u32;
+        for (i, _) in held.iter().enumerate().filter(|(_, h)| **h) {
+            arena.free((i as u64) << frame_shift);
+            returned += 1;
+        }
+        tracing::info!(port = %name, frames = returned, "AF_XDP port closed");
+    }
+}
+
+/// Marks the chunk of `addr` as held by the port or not.
+#[inline]
+fn hold(held: &mut [bool], frame_shift: u32, addr: u64, is_held: bool) {
+    if let Some(h) = held.get_mut((addr >> frame_shift) as usize) {
+        *h = is_held;
+    }
+}
+
+/// What the port layer needs to know about an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// The interface's MAC address.
+    pub mac: [u8; 6],
+    /// The interface's MTU.
+    pub mtu: u32,
+}
+
+impl LinkInfo {
+    /// Reads the MAC and MTU of `ifname` from sysfs (the caller's network
+    /// namespace, as sysfs is mounted by it).
+    pub fn read(ifname: &str) -> std::io::Result<LinkInfo> {
+        if ifname.is_empty() || ifname.contains('/') || ifname.len() > 15 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("invalid interface name {ifname:?}"),
+            ));
+        }
+        let base = std::path::Path::new("/sys/class/net").join(ifname);
+        let mac_text = std::fs::read_to_string(base.join("address"))?;
+        let mtu_text = std::fs::read_to_string(base.join("mtu"))?;
+        let mac = parse_mac(mac_text.trim()).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{ifname}: unreadable MAC {mac_text:?}"),
+            )
+        })?;
+        let mtu = mtu_text.trim().parse().map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{ifname}: unreadable MTU {mtu_text:?}"),
+            )
+        })?;
+        Ok(LinkInfo { mac, mtu })
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for byte in &mut mac {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_mac_takes_six_hex_bytes_and_nothing_else() {
+        assert_eq!(
+            parse_mac("0a:58:0a:41:00:02"),
+            Some([0x0a, 0x58, 0x0a, 0x41, 0, 2])
+        );
+        assert_eq!(parse_mac("0a:58:0a:41:00"), None);
+        assert_eq!(parse_mac("0a:58:0a:41:00:02:03"), None);
+        assert_eq!(parse_mac("0a:58:0a:41:00:zz"), None);
+        assert_eq!(parse_mac("0a:58:0a:41::02"), None);
+    }
+
+    #[test]
+    fn link_info_refuses_names_that_are_paths() {
+        assert!(LinkInfo::read("../lo").is_err());
+        assert!(LinkInfo::read("").is_err());
+        assert_eq!(LinkInfo::read("lo").map(|l| l.mac).ok(), Some([0; 6]));
+    }
+}
