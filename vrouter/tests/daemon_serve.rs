@@ -1,0 +1,201 @@
+//! `brindle-vrouter serve` programmed over its Unix socket the way the node
+//! daemon does it: Hello, ports, routes, a real ping from pod to pod, the
+//! counters and dumps, metrics and health over HTTP, idempotent replays,
+//! and Sync converging (detaching a port at run time and bringing it back).
+//!
+//! Root only: `cargo test -p brindle-vrouter -- --include-ignored`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use brindle_api::framing::{Client, PROTOCOL_VERSION};
+use brindle_api::vrouter::{
+    Changed, DesiredState, Health, Hello, PortKind, PortSpec, PortStatus, Route, RouteTarget,
+    Stats, VrouterRequest,
+};
+use common::{Netns, Vrouter, pod, unique};
+use nix::sched::{CloneFlags, setns};
+
+fn pod_port(name: &str, addr: &str, mac: &str) -> PortSpec {
+    PortSpec {
+        name: name.to_owned(),
+        kind: PortKind::Pod,
+        addresses: vec![addr.parse().unwrap()],
+        peer_mac: Some(mac.parse().unwrap()),
+        endpoint: None,
+    }
+}
+
+fn local(prefix: &str, port: &str) -> Route {
+    Route {
+        prefix: prefix.parse().unwrap(),
+        target: RouteTarget::Local {
+            port: port.to_owned(),
+        },
+    }
+}
+
+/// GET `path` from `addr` inside `ns` (the metrics listener is on the
+/// namespace's loopback); returns the status line and the body.
+fn http_get(ns: &Netns, addr: &str, path: &str) -> Result<(String, String)> {
+    let netns = format!("/var/run/netns/{}", ns.name);
+    let addr = addr.to_owned();
+    let path = path.to_owned();
+    std::thread::spawn(move || -> Result<(String, String)> {
+        setns(std::fs::File::open(&netns)?, CloneFlags::CLONE_NEWNET)?;
+        let mut s = TcpStream::connect(&addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        let (head, body) = text.split_once("\r\n\r\n").context("no header end")?;
+        Ok((
+            head.lines().next().unwrap_or("").to_owned(),
+            body.to_owned(),
+        ))
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("http thread panicked"))?
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn programmed_over_the_socket_it_forwards_pod_to_pod_and_converges_on_sync() -> Result<()> {
+    let node = Netns::new("vn")?;
+    let (ha, hb) = (unique("ha"), unique("hb"));
+    let (mac_a, mac_b) = ("02:b3:00:00:00:02", "02:b3:00:00:00:03");
+    let pod_a = pod(&node, &ha, "10.65.1.2", mac_a)?;
+    let _pod_b = pod(&node, &hb, "10.65.1.3", mac_b)?;
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("vrouter.sock");
+    let metrics = "127.0.0.1:9092";
+    let vrouter = Vrouter::start(
+        &node,
+        &[
+            "serve",
+            "--socket",
+            socket.to_str().context("path")?,
+            "--metrics",
+            metrics,
+        ],
+    )?;
+    let mode = std::fs::metadata(&socket)?;
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        mode.permissions().mode() & 0o777,
+        0o600,
+        "socket is root-only"
+    );
+
+    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
+    let hello: Hello = c.call(&VrouterRequest::Hello {
+        version: PROTOCOL_VERSION,
+    })?;
+    assert_eq!(hello.version, PROTOCOL_VERSION);
+    assert!(hello.boot_id.len() >= 16, "{hello:?}");
+    assert!(vrouter.ready_line().contains(&hello.boot_id));
+
+    let ports = vec![
+        pod_port(&ha, "10.65.1.2", mac_a),
+        pod_port(&hb, "10.65.1.3", mac_b),
+    ];
+    let routes = vec![local("10.65.1.2/32", &ha), local("10.65.1.3/32", &hb)];
+    let add = VrouterRequest::AddPorts {
+        ports: ports.clone(),
+    };
+    assert_eq!(c.call::<_, Changed>(&add)?.changed, 2);
+    assert_eq!(c.call::<_, Changed>(&add)?.changed, 0, "idempotent");
+    let add = VrouterRequest::AddRoutes {
+        routes: routes.clone(),
+    };
+    assert_eq!(c.call::<_, Changed>(&add)?.changed, 2);
+    assert_eq!(c.call::<_, Changed>(&add)?.changed, 0, "idempotent");
+    // A route to a port that does not exist is refused, whole batch.
+    let bad = VrouterRequest::AddRoutes {
+        routes: vec![local("10.65.1.9/32", "nope0")],
+    };
+    assert!(c.call::<_, Changed>(&bad).is_err());
+
+    let out = pod_a.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.65.1.3"])?;
+    assert!(out.contains("3 received"), "{out}");
+
+    let dumped: Vec<Route> = c.call(&VrouterRequest::DumpRoutes)?;
+    assert_eq!(dumped, routes);
+    let status: Vec<PortStatus> = c.call(&VrouterRequest::DumpPorts)?;
+    assert_eq!(status.len(), 2);
+    for p in &status {
+        assert_eq!(p.backend, "af_xdp");
+        assert!(p.counters.rx_packets >= 3, "{p:?}");
+        assert!(p.counters.tx_packets >= 3, "{p:?}");
+    }
+    let stats: Stats = c.call(&VrouterRequest::GetStats)?;
+    assert_eq!((stats.ports, stats.routes), (2, 2));
+    assert!(stats.workers[0].rx_packets >= 6, "{stats:?}");
+    assert!(stats.workers[0].busy_polls >= 1, "{stats:?}");
+
+    let health: Health = c.call(&VrouterRequest::Health)?;
+    assert!(health.live && !health.ready, "no uplink yet: {health:?}");
+    let (status_line, body) = http_get(&node, metrics, "/metrics")?;
+    assert!(status_line.contains("200"), "{status_line}");
+    let rx_line = body
+        .lines()
+        .find(|l| l.starts_with("brindle_vrouter_port_rx_packets_total") && l.contains(&ha))
+        .with_context(|| format!("no rx counter for {ha} in\n{body}"))?;
+    let rx: u64 = rx_line.rsplit(' ').next().unwrap_or("0").parse()?;
+    assert!(rx >= 3, "{rx_line}");
+    assert!(
+        body.contains("brindle_vrouter_rx_batch_frames_bucket"),
+        "{body}"
+    );
+    assert!(body.contains("reason=\"no_route\""), "{body}");
+    assert!(http_get(&node, metrics, "/healthz")?.0.contains("200"));
+    assert!(http_get(&node, metrics, "/readyz")?.0.contains("503"));
+
+    // Sync to a state without pod B: its port is detached at run time and
+    // the ping fails; Sync back and it works again, workers never stopped.
+    let without_b = DesiredState {
+        node: None,
+        ports: vec![ports[0].clone()],
+        routes: vec![routes[0].clone()],
+        neighbors: vec![],
+    };
+    let changed: Changed = c.call(&VrouterRequest::Sync { state: without_b })?;
+    assert_eq!(changed.changed, 2, "port B and its route removed");
+    assert!(
+        pod_a
+            .exec(&["ping", "-c", "1", "-W", "1", "10.65.1.3"])
+            .is_err()
+    );
+    let link = node.ip(&["link", "show", &hb])?;
+    assert!(!link.contains("xdp"), "program detached from B: {link}");
+    let full = DesiredState {
+        node: None,
+        ports: ports.clone(),
+        routes: routes.clone(),
+        neighbors: vec![],
+    };
+    assert_eq!(
+        c.call::<_, Changed>(&VrouterRequest::Sync {
+            state: full.clone()
+        })?
+        .changed,
+        2
+    );
+    assert_eq!(
+        c.call::<_, Changed>(&VrouterRequest::Sync { state: full })?
+            .changed,
+        0
+    );
+    let out = pod_a.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.65.1.3"])?;
+    assert!(out.contains("3 received"), "after re-attach: {out}");
+    drop(c);
+    vrouter.stop()?;
+    assert!(!socket.exists(), "socket removed on stop");
+    let link = node.ip(&["link", "show", &ha])?;
+    assert!(!link.contains("xdp"), "{link}");
+    Ok(())
+}
