@@ -13,7 +13,7 @@
 //! - tokio tasks: the BGP speaker, learned routes → executor, metrics HTTP.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
@@ -30,6 +30,7 @@ use serde_json::Value;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::api_server::{self, ApiServer, CtrlOps};
+use crate::bgp::rib::{BestRoute, RouteChange};
 use crate::bgp::speaker::{PeerConfig, Speaker, SpeakerConfig};
 use crate::config::{Config, Validated};
 use crate::ctrl_api::{CtrlRequest, NodeStatus, NodeView};
@@ -38,7 +39,7 @@ use crate::metrics::{self, Metrics, StateLabel};
 use crate::programming::dataplane::SocketDataplane;
 use crate::programming::executor::Executor;
 use crate::registry::{NodeRecord, Registry, Role, mesh_peers, now_ms};
-use crate::routing::{PoolRouting, Underlay, block_diff, request_for};
+use crate::routing::{PoolRouting, Underlay, block_diff, request_for, route_for};
 
 /// Key prefix of the IPAM data.
 pub const IPAM_PREFIX: &str = "/brindle/ipam";
@@ -58,6 +59,49 @@ pub enum DaemonError {
 
 fn start_err(step: &'static str) -> impl FnOnce(String) -> DaemonError {
     move |message| DaemonError::Start { step, message }
+}
+
+/// The vrouter's node settings; `tunnel_peers` are the other live nodes
+/// (encapsulated packets from anyone else are dropped).
+fn node_config(v: &Validated, tunnel_peers: Vec<Ipv4Addr>) -> NodeConfig {
+    NodeConfig {
+        address_v4: Some(v.node_address),
+        address_v6: None,
+        underlay_subnet: v.underlay_subnet,
+        vxlan: VxlanConfig::default(),
+        tunnel_peers,
+    }
+}
+
+/// State the control loop carries from one step to the next.
+#[derive(Default)]
+struct LoopState {
+    /// Mesh peers we added, with their port.
+    peers: BTreeMap<IpAddr, u16>,
+    /// Our blocks programmed as blackholes.
+    own_blackholes: BTreeSet<IpNet>,
+    /// The tunnel peers last sent in `SetNode`.
+    tunnel_peers: Vec<Ipv4Addr>,
+}
+
+/// The learned best routes and what routing them depends on.
+struct Learned {
+    pools: Vec<PoolRouting>,
+    routes: BTreeMap<IpNet, BestRoute>,
+    underlay: Underlay,
+}
+
+fn read_pools(
+    ipam: &Ipam<Arc<dyn Datastore>>,
+) -> Result<Vec<PoolRouting>, brindle_ipam::IpamError> {
+    Ok(ipam
+        .pools()?
+        .into_iter()
+        .map(|p| PoolRouting {
+            cidr: p.cidr,
+            encapsulation: p.encapsulation,
+        })
+        .collect())
 }
 
 /// What the control loop publishes for `ctrl_node_status`.
@@ -208,13 +252,7 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
     });
     let _ = program_tx.send(vec![
         VrouterRequest::SetNode {
-            node: NodeConfig {
-                address_v4: Some(v.node_address),
-                address_v6: None,
-                underlay_subnet: v.underlay_subnet,
-                vxlan: VxlanConfig::default(),
-                tunnel_peers: Vec::new(),
-            },
+            node: node_config(&v, Vec::new()),
         },
         VrouterRequest::AddPorts {
             ports: vec![PortSpec {
@@ -271,20 +309,34 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
             .map_err(|e| start_err("adding an explicit BGP peer")(e.to_string()))?;
     }
     let speaker = Arc::new(Mutex::new(Some(speaker)));
-    let pools: Arc<Mutex<Vec<PoolRouting>>> = Arc::default();
     let underlay = Underlay {
         uplink: v.uplink.clone(),
         subnet: v.underlay_subnet,
     };
+    let learned = Arc::new(Mutex::new(Learned {
+        pools: read_pools(&ipam).unwrap_or_default(),
+        routes: BTreeMap::new(),
+        underlay,
+    }));
     {
-        let pools = pools.clone();
+        let learned = learned.clone();
         let tx = program_tx.clone();
         rt.spawn(
             async move {
                 while let Some(change) = changes.recv().await {
-                    let pools = pools.lock().unwrap_or_else(|p| p.into_inner()).clone();
                     tracing::debug!(?change, "learned route change");
-                    let _ = tx.send(vec![request_for(&change, &pools, &underlay)]);
+                    let mut l = learned.lock().unwrap_or_else(|p| p.into_inner());
+                    match &change {
+                        RouteChange::Added(b) | RouteChange::Changed(b) => {
+                            l.routes.insert(b.prefix, b.clone());
+                        }
+                        RouteChange::Removed { prefix } => {
+                            l.routes.remove(prefix);
+                        }
+                    }
+                    // Sent under the lock so a re-evaluation after a pool
+                    // change cannot overtake it.
+                    let _ = tx.send(vec![request_for(&change, &l.pools, &l.underlay)]);
                 }
             }
             .instrument(tracing::Span::current()),
@@ -346,8 +398,7 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
     }
 
     // The control loop.
-    let mut peers: BTreeMap<IpAddr, u16> = BTreeMap::new();
-    let mut own_blackholes: BTreeSet<IpNet> = BTreeSet::new();
+    let mut state = LoopState::default();
     while !stop.load(Ordering::Relaxed) {
         control_step(
             &rt,
@@ -356,10 +407,9 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
             &ipam,
             &registry,
             &speaker,
-            &pools,
+            &learned,
             &shared,
-            &mut peers,
-            &mut own_blackholes,
+            &mut state,
             &program_tx,
             &metrics,
             &ready,
@@ -395,10 +445,9 @@ fn control_step(
     ipam: &Ipam<Arc<dyn Datastore>>,
     registry: &Registry,
     speaker: &Mutex<Option<Speaker>>,
-    pools: &Mutex<Vec<PoolRouting>>,
+    learned: &Mutex<Learned>,
     shared: &Mutex<Shared>,
-    peers: &mut BTreeMap<IpAddr, u16>,
-    own_blackholes: &mut BTreeSet<IpNet>,
+    state: &mut LoopState,
     program_tx: &mpsc::Sender<Vec<VrouterRequest>>,
     metrics: &Metrics,
     ready: &AtomicBool,
@@ -410,16 +459,26 @@ fn control_step(
     };
     let mut store_ok = true;
 
-    // Pools (for routing learned prefixes).
-    match ipam.pools() {
+    // Pools (for routing learned prefixes): when one changes (a new pool,
+    // another encapsulation) every learned route is routed again.
+    match read_pools(ipam) {
         Ok(list) => {
-            *pools.lock().unwrap_or_else(|p| p.into_inner()) = list
-                .into_iter()
-                .map(|p| PoolRouting {
-                    cidr: p.cidr,
-                    encapsulation: p.encapsulation,
-                })
-                .collect();
+            let mut l = learned.lock().unwrap_or_else(|p| p.into_inner());
+            if l.pools != list {
+                l.pools = list;
+                let routes: Vec<Route> = l
+                    .routes
+                    .values()
+                    .map(|b| route_for(b, &l.pools, &l.underlay))
+                    .collect();
+                if !routes.is_empty() {
+                    info!(
+                        routes = routes.len(),
+                        "pools changed: re-routing learned prefixes"
+                    );
+                    let _ = program_tx.send(vec![VrouterRequest::AddRoutes { routes }]);
+                }
+            }
         }
         Err(e) => {
             store_ok = false;
@@ -459,7 +518,7 @@ fn control_step(
                 warn!(block = %b, error = %e, "withdraw failed");
             }
         }
-        let (add_bh, del_bh) = block_diff(own_blackholes, affine);
+        let (add_bh, del_bh) = block_diff(&state.own_blackholes, affine);
         if !add_bh.is_empty() {
             let _ = program_tx.send(vec![VrouterRequest::AddRoutes {
                 routes: add_bh
@@ -474,7 +533,7 @@ fn control_step(
         if !del_bh.is_empty() {
             let _ = program_tx.send(vec![VrouterRequest::RemoveRoutes { prefixes: del_bh }]);
         }
-        own_blackholes.clone_from(affine);
+        state.own_blackholes.clone_from(affine);
         shared_guard.announced.clone_from(affine);
     }
 
@@ -505,7 +564,8 @@ fn control_step(
                     .into_iter()
                     .map(|n| (IpAddr::V4(n.address), n))
                     .collect();
-                let gone: Vec<IpAddr> = peers
+                let gone: Vec<IpAddr> = state
+                    .peers
                     .keys()
                     .filter(|a| !wanted.contains_key(a))
                     .copied()
@@ -515,13 +575,13 @@ fn control_step(
                     if let Err(e) = rt.block_on(speaker.remove_peer(addr)) {
                         warn!(peer = %addr, error = %e, "remove peer");
                     }
-                    peers.remove(&addr);
+                    state.peers.remove(&addr);
                 }
                 for (addr, node) in wanted {
-                    if peers.get(&addr) == Some(&node.bgp_port) {
+                    if state.peers.get(&addr) == Some(&node.bgp_port) {
                         continue;
                     }
-                    if peers.contains_key(&addr) {
+                    if state.peers.contains_key(&addr) {
                         let _ = rt.block_on(speaker.remove_peer(addr));
                     }
                     let mut pc = PeerConfig::new(addr, node.as_number);
@@ -532,11 +592,25 @@ fn control_step(
                     info!(peer = %addr, node = %node.name, "adding mesh peer");
                     match rt.block_on(speaker.add_peer(pc)) {
                         Ok(()) => {
-                            peers.insert(addr, node.bgp_port);
+                            state.peers.insert(addr, node.bgp_port);
                         }
                         Err(e) => warn!(peer = %addr, error = %e, "add peer"),
                     }
                 }
+            }
+            let now = now_ms();
+            let tunnel_peers: Vec<Ipv4Addr> = mesh_peers(&nodes, &v.node_name, now)
+                .iter()
+                .map(|n| n.address)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if tunnel_peers != state.tunnel_peers {
+                info!(?tunnel_peers, "tunnel peers changed");
+                let _ = program_tx.send(vec![VrouterRequest::SetNode {
+                    node: node_config(v, tunnel_peers.clone()),
+                }]);
+                state.tunnel_peers = tunnel_peers;
             }
             shared_guard.nodes = nodes;
         }

@@ -88,6 +88,15 @@ impl Node {
         }
         d.routes
     }
+
+    /// The tunnel peers in the last `SetNode`.
+    fn tunnel_peers(&self) -> Vec<Ipv4Addr> {
+        let mut d = Desired::default();
+        for r in self.vrouter.requests() {
+            d.apply(&r);
+        }
+        d.node.map(|n| n.tunnel_peers).unwrap_or_default()
+    }
 }
 
 #[test]
@@ -180,6 +189,16 @@ fn three_daemons_form_a_full_mesh_and_program_each_others_blocks() {
                 me.daemon.log()
             )
         });
+        // Tunnel packets are accepted from the other two nodes only.
+        let others: Vec<Ipv4Addr> = nodes
+            .iter()
+            .map(|n| n.address)
+            .filter(|a| *a != me.address)
+            .collect();
+        wait_for("the tunnel peers", Duration::from_secs(30), || {
+            me.tunnel_peers() == others
+        })
+        .unwrap_or_else(|e| panic!("{e}: {:?}", me.tunnel_peers()));
         // Its own block is a blackhole (more specific /32s go to pods).
         assert_eq!(me.routes().get(&me.block), Some(&RouteTarget::Blackhole));
     }
