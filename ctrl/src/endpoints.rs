@@ -384,6 +384,48 @@ mod tests {
         assert_eq!(m.endpoints.get(), 0);
     }
 
+    /// A datastore that is down.
+    struct DownStore;
+
+    impl Datastore for DownStore {
+        fn kind(&self) -> &'static str {
+            "down"
+        }
+        fn get(&self, _: &str) -> Result<Option<brindle_ipam::store::Entry>, StoreError> {
+            Err(StoreError::Unavailable("etcd: no leader".into()))
+        }
+        fn list(&self, _: &str) -> Result<Vec<brindle_ipam::store::Entry>, StoreError> {
+            Err(StoreError::Unavailable("etcd: no leader".into()))
+        }
+        fn txn_revision(
+            &self,
+            _: &[brindle_ipam::store::Compare],
+            _: &[Write],
+        ) -> Result<Option<u64>, StoreError> {
+            Err(StoreError::Unavailable("etcd: no leader".into()))
+        }
+    }
+
+    #[test]
+    fn a_datastore_outage_is_try_again_later_and_programs_nothing() {
+        let (mut h, rx) = handler();
+        h.store = EndpointStore::new(Arc::new(DownStore), "n1");
+        let ep = endpoint("c1", "bri1", "10.244.0.5/32");
+        let e = result::<Endpoint>(h.handle(EndpointRequest::AddEndpoint {
+            endpoint: Box::new(ep.clone()),
+        }))
+        .unwrap_err();
+        assert_eq!(e.kind, RemoteErrorKind::TryAgainLater);
+        assert!(e.message.contains("no leader"), "{e:?}");
+        let e = result::<Deleted>(h.handle(EndpointRequest::DeleteEndpoint { key: ep.key }))
+            .unwrap_err();
+        assert_eq!(e.kind, RemoteErrorKind::TryAgainLater);
+        assert!(rx.try_recv().is_err());
+        let s: DaemonStatus = result(h.handle(EndpointRequest::Status)).unwrap();
+        assert!(!s.ready);
+        assert_eq!(s.message, "datastore unreachable");
+    }
+
     #[test]
     fn status_is_not_ready_while_the_vrouter_is_unreachable() {
         let (h, _rx) = handler();

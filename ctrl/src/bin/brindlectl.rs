@@ -237,3 +237,34 @@ fn table(v: &Value) -> String {
         other => format!("{}\n", cell(other)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_list_of_objects_is_aligned_columns() {
+        let v = json!([
+            {"prefix": "10.244.1.0/26", "next_hop": "192.168.0.12", "best": true, "as_path": []},
+            {"prefix": "10.244.2.0/26", "next_hop": "192.168.0.13", "best": false, "as_path": [65001, 65002]},
+        ]);
+        assert_eq!(
+            table(&v),
+            "AS_PATH      BEST   NEXT_HOP      PREFIX\n\
+             \x20            true   192.168.0.12  10.244.1.0/26\n\
+             65001,65002  false  192.168.0.13  10.244.2.0/26\n"
+        );
+    }
+
+    #[test]
+    fn an_object_is_key_value_lines_with_nested_tables_last() {
+        let v = json!({"name": "n1", "vrouter_reachable": false, "nodes": [{"name": "n1", "live": true}], "peer": null});
+        assert_eq!(
+            table(&v),
+            "name: n1\npeer: -\nvrouter_reachable: false\n\nNODES:\nLIVE  NAME\ntrue  n1\n"
+        );
+        assert_eq!(table(&json!([])), "(none)\n");
+    }
+}
