@@ -199,3 +199,131 @@ fn programmed_over_the_socket_it_forwards_pod_to_pod_and_converges_on_sync() -> 
     assert!(!link.contains("xdp"), "{link}");
     Ok(())
 }
+
+/// One node of the two-node test: a `serve` vrouter programmed like the
+/// node daemon does it, with no neighbours given: the uplink's next hop is
+/// learned from the kernel.
+fn program_node(
+    c: &mut Client,
+    me: &str,
+    uplink: &str,
+    pod_if: &str,
+    pod_addr: &str,
+    pod_mac: &str,
+    remote_block: &str,
+    remote: &str,
+) -> Result<()> {
+    use brindle_api::vrouter::{Encap, NodeConfig, VxlanConfig};
+    let _: Hello = c.call(&VrouterRequest::Hello {
+        version: PROTOCOL_VERSION,
+    })?;
+    let node = NodeConfig {
+        address_v4: Some(me.parse()?),
+        address_v6: None,
+        underlay_subnet: Some("192.168.78.0/24".parse()?),
+        vxlan: VxlanConfig::default(),
+        tunnel_peers: vec![remote.parse()?],
+    };
+    let changed: Changed = c.call(&VrouterRequest::SetNode { node: node.clone() })?;
+    assert_eq!(changed.changed, 1);
+    let changed: Changed = c.call(&VrouterRequest::SetNode { node })?;
+    assert_eq!(changed.changed, 0, "idempotent");
+    let uplink_spec = PortSpec {
+        name: uplink.to_owned(),
+        kind: PortKind::Uplink,
+        addresses: vec![],
+        peer_mac: None,
+        endpoint: None,
+    };
+    let _: Changed = c.call(&VrouterRequest::AddPorts {
+        ports: vec![uplink_spec, pod_port(pod_if, pod_addr, pod_mac)],
+    })?;
+    let _: Changed = c.call(&VrouterRequest::AddRoutes {
+        routes: vec![
+            local(&format!("{pod_addr}/32"), pod_if),
+            Route {
+                prefix: remote_block.parse()?,
+                target: RouteTarget::Encap {
+                    encap: Encap::Ipip,
+                    remote: remote.parse()?,
+                },
+            },
+        ],
+    })?;
+    let health: Health = c.call(&VrouterRequest::Health)?;
+    assert!(health.live && health.ready, "{health:?}");
+    Ok(())
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn two_served_nodes_forward_over_ipip_with_next_hops_learned_from_the_kernel() -> Result<()> {
+    let (ns1, ns2) = (Netns::new("vn")?, Netns::new("vn")?);
+    let (u1, u2) = (unique("u"), unique("u"));
+    ns1.ip(&[
+        "link", "add", &u1, "type", "veth", "peer", "name", &u2, "netns", &ns2.name,
+    ])?;
+    ns1.ip(&["addr", "add", "192.168.78.1/24", "dev", &u1])?;
+    ns2.ip(&["addr", "add", "192.168.78.2/24", "dev", &u2])?;
+    ns1.ip(&["link", "set", &u1, "up"])?;
+    ns2.ip(&["link", "set", &u2, "up"])?;
+    let (ha, hb) = (unique("ha"), unique("hb"));
+    let (mac_a, mac_b) = ("02:b6:00:00:00:02", "02:b6:00:00:00:03");
+    let pod_a = pod(&ns1, &ha, "10.68.1.2", mac_a)?;
+    let _pod_b = pod(&ns2, &hb, "10.68.2.2", mac_b)?;
+    let dir = tempfile::tempdir()?;
+    let (s1, s2) = (dir.path().join("n1.sock"), dir.path().join("n2.sock"));
+    let v1 = Vrouter::start(
+        &ns1,
+        &[
+            "serve",
+            "--socket",
+            s1.to_str().context("path")?,
+            "--metrics",
+            "",
+        ],
+    )?;
+    let v2 = Vrouter::start(
+        &ns2,
+        &[
+            "serve",
+            "--socket",
+            s2.to_str().context("path")?,
+            "--metrics",
+            "",
+        ],
+    )?;
+    let mut c1 = Client::connect(&s1, Duration::from_secs(10))?;
+    let mut c2 = Client::connect(&s2, Duration::from_secs(10))?;
+    program_node(
+        &mut c1,
+        "192.168.78.1",
+        &u1,
+        &ha,
+        "10.68.1.2",
+        mac_a,
+        "10.68.2.0/24",
+        "192.168.78.2",
+    )?;
+    program_node(
+        &mut c2,
+        "192.168.78.2",
+        &u2,
+        &hb,
+        "10.68.2.2",
+        mac_b,
+        "10.68.1.0/24",
+        "192.168.78.1",
+    )?;
+    // The first pings may find the next hop unresolved (counted as
+    // no_neighbour while the kernel ARPs); then all get through.
+    let _ = pod_a.exec(&["ping", "-c", "2", "-i", "0.3", "-W", "1", "10.68.2.2"]);
+    let out = pod_a.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.68.2.2"])?;
+    assert!(out.contains("3 received"), "{out}");
+    let stats: Stats = c1.call(&VrouterRequest::GetStats)?;
+    assert!(stats.workers[0].rx_packets >= 6, "{stats:?}");
+    drop((c1, c2));
+    v1.stop()?;
+    v2.stop()?;
+    Ok(())
+}

@@ -13,6 +13,7 @@ use brindle_xsk::{Role, Steering, UmemHandle};
 use ipnet::IpNet;
 
 use crate::daemon::engine::{WorkerCmd, WorkerHandle, WorkerSnapshot};
+use crate::daemon::neighbors::{self, Learned};
 use crate::daemon::spec::IoMode;
 use crate::endpoint::Endpoint;
 use crate::fib::{Encap, Fib, FibChange, NextHop};
@@ -45,6 +46,7 @@ pub struct Control {
     node: Option<api::NodeConfig>,
     pipeline: PipelineConfig,
     steered: BTreeSet<(Ipv4Addr, u8)>,
+    learned: Learned,
 }
 
 fn invalid(message: impl Into<String>) -> RemoteError {
@@ -115,6 +117,7 @@ impl Control {
             node: None,
             pipeline: parts.pipeline,
             steered: BTreeSet::new(),
+            learned: Learned::default(),
         }
     }
 
@@ -123,8 +126,9 @@ impl Control {
         &self.boot_id
     }
 
-    /// Stops the worker (ports close, programs detach).
-    pub fn shutdown(self) {
+    /// Stops the worker (ports close, programs detach). Later requests
+    /// fail with "the worker has stopped".
+    pub fn shutdown(&mut self) {
         self.worker.join();
     }
 
@@ -318,6 +322,11 @@ impl Control {
             self.ports
                 .insert(spec.name.clone(), PortEntry { spec, id, backend });
             changed += 1;
+        }
+        if changed > 0 {
+            // Slots may have changed: tell the worker again what the kernel
+            // knows.
+            self.learned.clear();
         }
         self.refresh_fib_for_ports()?;
         Ok(changed)
@@ -555,6 +564,67 @@ impl Control {
         }
         changed += self.set_neighbors(state.neighbors)?;
         Ok(changed)
+    }
+
+    /// Hands the worker the kernel's entries for the underlay next hops the
+    /// routes need on uplink ports (tunnel remotes on the node's subnet,
+    /// gateways), and makes the kernel resolve those it lacks. Neighbours set
+    /// over the API are left alone. Called periodically by the daemon.
+    pub fn learn_neighbors(&mut self) {
+        let uplinks: BTreeMap<&str, PortId> = self
+            .ports
+            .iter()
+            .filter(|(_, e)| e.spec.kind == api::PortKind::Uplink)
+            .map(|(n, e)| (n.as_str(), e.id))
+            .collect();
+        let Some((&first_uplink, _)) = uplinks.iter().next() else {
+            return;
+        };
+        let mut wanted: Vec<(String, Ipv4Addr)> = Vec::new();
+        for t in self.routes.values() {
+            let hop = match t {
+                api::RouteTarget::Encap { remote, .. } if self.pipeline.on_link(*remote) => {
+                    Some((first_uplink, *remote))
+                }
+                api::RouteTarget::Gateway {
+                    via: IpAddr::V4(via),
+                    port,
+                } if uplinks.contains_key(port.as_str()) => Some((port.as_str(), *via)),
+                _ => None,
+            };
+            if let Some((dev, addr)) = hop
+                && !self
+                    .neighbors
+                    .contains_key(&(dev.to_owned(), IpAddr::V4(addr)))
+                && !wanted.iter().any(|(d, a)| d == dev && *a == addr)
+            {
+                wanted.push((dev.to_owned(), addr));
+            }
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        let kernel = match neighbors::read_kernel_neighbors() {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the kernel's neighbour table");
+                return;
+            }
+        };
+        let (changed, missing) = self.learned.update(&wanted, &kernel);
+        for (dev, addr, mac) in changed {
+            if let Some(&port) = uplinks.get(dev.as_str()) {
+                tracing::info!(port = %dev, %addr, "neighbour learned from the kernel");
+                let _ = self.send(WorkerCmd::Neighbor {
+                    port,
+                    addr: IpAddr::V4(addr),
+                    mac: Some(mac),
+                });
+            }
+        }
+        for addr in missing {
+            neighbors::poke(addr);
+        }
     }
 
     /// The worker's counters, if it answers.

@@ -135,8 +135,9 @@ impl WorkerHandle {
         rx.recv_timeout(Duration::from_secs(1)).ok()
     }
 
-    /// Stops the worker and waits for it.
-    pub fn join(mut self) {
+    /// Stops the worker and waits for it (its ports are released and their
+    /// programs detached before it returns). Idempotent.
+    pub fn join(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

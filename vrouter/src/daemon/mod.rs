@@ -7,6 +7,7 @@
 pub mod control;
 pub mod engine;
 pub mod metrics;
+pub mod neighbors;
 pub mod run;
 pub mod serve;
 pub mod spec;

@@ -343,6 +343,20 @@ pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
             .name("metrics".into())
             .spawn(move || metrics::serve_http(tcp, &c))?;
     }
+    {
+        let c = control.clone();
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("neighbors".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    c.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .learn_neighbors();
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            })?;
+    }
     println!(
         "serving: socket {} metrics {} boot_id {}",
         cfg.api.socket.display(),
@@ -365,16 +379,9 @@ pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
         }
     }
     let _ = std::fs::remove_file(&cfg.api.socket);
-    let control = match Arc::try_unwrap(control) {
-        Ok(m) => m.into_inner().unwrap_or_else(|e| e.into_inner()),
-        Err(_) => {
-            // A connection thread still holds it; the worker stops on the
-            // shared flag and the process exit closes everything.
-            println!("stopped");
-            return Ok(());
-        }
-    };
-    control.shutdown();
+    // The metrics and connection threads may still hold the control; the
+    // worker is stopped and joined through it all the same.
+    control.lock().unwrap_or_else(|e| e.into_inner()).shutdown();
     println!("stopped");
     Ok(())
 }
