@@ -2,13 +2,15 @@
 //! `/brindle/endpoints/<node>/<network>/<container>/<ifname>`, and the
 //! handler of the CNI plugin's endpoint requests.
 //!
-//! `add_endpoint` answers once the record is stored and its programming is
-//! queued to the executor; it does not wait for the vrouter. The record is
-//! the promise: the executor programs it when the vrouter answers (resync),
-//! and failing the ADD instead would make the runtime tear the pod down and
-//! retry with a new allocation for what is a transient dataplane outage.
-//! Readiness (`status`, `/readyz`) reports an unreachable vrouter, so the
-//! runtime stops scheduling new ADDs while it is down.
+//! `add_endpoint` refuses with `try_again_later` when the vrouter did not
+//! answer the executor's last call (as Calico fails ADD while calico-node is
+//! not ready: a pod the dataplane does not know has no network, and the CNI
+//! plugin rolls back and the runtime retries). Otherwise it answers once the
+//! record is stored and its programming queued, without waiting for the
+//! vrouter's answer: the record is the promise, and if the vrouter goes away
+//! in between, the executor's resync programs it when it is back.
+//! `delete_endpoint` never needs the vrouter: the record goes, and the resync
+//! removes what is left.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
@@ -171,6 +173,12 @@ impl EndpointHandler {
                 validate_key(&endpoint.key)?;
                 let reqs = endpoint_added(&endpoint)
                     .map_err(|m| error(RemoteErrorKind::InvalidRequest, m))?;
+                if !self.vrouter_reachable.load(Ordering::Relaxed) {
+                    return Err(error(
+                        RemoteErrorKind::TryAgainLater,
+                        "the vrouter is not reachable: the pod would have no network",
+                    ));
+                }
                 let old = self.store.put(&endpoint).map_err(unavailable)?;
                 match old {
                     None => self.adjust(1),
@@ -424,6 +432,31 @@ mod tests {
         let s: DaemonStatus = result(h.handle(EndpointRequest::Status)).unwrap();
         assert!(!s.ready);
         assert_eq!(s.message, "datastore unreachable");
+    }
+
+    #[test]
+    fn add_is_refused_while_the_vrouter_is_unreachable_but_delete_is_not() {
+        let (h, rx) = handler();
+        let ep = endpoint("c1", "bri1", "10.244.0.5/32");
+        h.handle(EndpointRequest::AddEndpoint {
+            endpoint: Box::new(ep.clone()),
+        });
+        rx.try_recv().unwrap();
+        h.vrouter_reachable.store(false, Ordering::Relaxed);
+        let other = endpoint("c2", "bri2", "10.244.0.6/32");
+        let e = result::<Endpoint>(h.handle(EndpointRequest::AddEndpoint {
+            endpoint: Box::new(other.clone()),
+        }))
+        .unwrap_err();
+        assert_eq!(e.kind, RemoteErrorKind::TryAgainLater);
+        assert!(h.store.get(&other.key).unwrap().is_none());
+        assert!(rx.try_recv().is_err());
+        let d: Deleted = result(h.handle(EndpointRequest::DeleteEndpoint {
+            key: ep.key.clone(),
+        }))
+        .unwrap();
+        assert!(d.existed);
+        assert_eq!(rx.try_recv().unwrap(), endpoint_removed(&ep));
     }
 
     #[test]
