@@ -64,3 +64,50 @@ fn pod_to_pod_ping_through_af_xdp_ports() -> Result<()> {
 fn pod_to_pod_ping_through_forced_af_packet_ports() -> Result<()> {
     pod_to_pod_ping("packet")
 }
+
+/// `run` with a UMEM larger than RLIMIT_MEMLOCK (8 MiB here), in a process
+/// without CAP_IPC_LOCK: forced AF_XDP fails with an error naming the
+/// limit; `auto` falls back to AF_PACKET with a log line saying why, and
+/// runs.
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn umem_over_memlock_fails_naming_the_limit_or_falls_back_to_af_packet() -> Result<()> {
+    let node = Netns::new("vn")?;
+    let (a, b) = (unique("ma"), unique("mb"));
+    node.ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
+    node.ip(&["link", "set", &a, "up"])?;
+    node.ip(&["link", "set", &b, "up"])?;
+    let bin = env!("CARGO_BIN_EXE_brindle-vrouter");
+    let run = |io: &str| {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &node.name, "timeout", "-s", "TERM", "3"])
+            .args([
+                "setpriv",
+                "--bounding-set",
+                "-ipc_lock",
+                bin,
+                "run",
+                "--io",
+                io,
+            ])
+            .args(["--umem-frames", "32768", "--port", &a, "--port", &b])
+            .output()
+    };
+    let forced = run("xdp")?;
+    let stderr = String::from_utf8_lossy(&forced.stderr);
+    assert!(!forced.status.success(), "{stderr}");
+    assert!(stderr.contains("RLIMIT_MEMLOCK"), "{stderr}");
+    let auto = run("auto")?;
+    let stdout = String::from_utf8_lossy(&auto.stdout);
+    let stderr = String::from_utf8_lossy(&auto.stderr);
+    assert!(
+        stdout.contains("running:") && stdout.contains("stopped:"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("falling back to AF_PACKET"), "{stderr}");
+    assert!(
+        stderr.contains("RLIMIT_MEMLOCK"),
+        "the log line says why: {stderr}"
+    );
+    Ok(())
+}
