@@ -153,3 +153,142 @@ impl Dataplane for RecordingDataplane {
         Ok(Changed { changed: 1 })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::BufReader;
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::path::Path;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use brindle_api::framing::{self, Reply};
+    use brindle_api::vrouter::DesiredState;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::programming::desired::endpoint_added;
+    use crate::programming::desired::tests::endpoint;
+    use crate::programming::executor::Executor;
+
+    /// A vrouter socket server that can be stopped (every connection cut)
+    /// and started again with another boot ID.
+    struct FakeServer {
+        stop: Arc<AtomicBool>,
+        log: Arc<Mutex<Vec<VrouterRequest>>>,
+        conns: Arc<Mutex<Vec<UnixStream>>>,
+    }
+
+    impl FakeServer {
+        fn start(path: &Path, boot: &str) -> FakeServer {
+            let _ = std::fs::remove_file(path);
+            let listener = UnixListener::bind(path).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let s = FakeServer {
+                stop: Arc::default(),
+                log: Arc::default(),
+                conns: Arc::default(),
+            };
+            let (stop, log, conns, boot) = (
+                s.stop.clone(),
+                s.log.clone(),
+                s.conns.clone(),
+                boot.to_owned(),
+            );
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((stream, _)) = listener.accept() else {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    stream.set_nonblocking(false).unwrap();
+                    conns.lock().unwrap().push(stream.try_clone().unwrap());
+                    let (log, boot) = (log.clone(), boot.clone());
+                    std::thread::spawn(move || {
+                        let mut r = BufReader::new(stream.try_clone().unwrap());
+                        let mut w = stream;
+                        while let Ok(Some(req)) = framing::read_message::<_, VrouterRequest>(&mut r)
+                        {
+                            let result = match &req {
+                                VrouterRequest::Hello { .. } => serde_json::to_value(Hello {
+                                    version: PROTOCOL_VERSION,
+                                    boot_id: boot.clone(),
+                                }),
+                                _ => serde_json::to_value(Changed { changed: 1 }),
+                            }
+                            .unwrap();
+                            log.lock().unwrap().push(req);
+                            let reply: Reply<Value> = Reply::Ok { result };
+                            if framing::write_message(&mut w, &reply).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            });
+            s
+        }
+
+        fn take(&self) -> Vec<VrouterRequest> {
+            std::mem::take(&mut self.log.lock().unwrap())
+        }
+
+        fn stop(&self, path: &Path) {
+            self.stop.store(true, Ordering::Relaxed);
+            for c in self.conns.lock().unwrap().drain(..) {
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            }
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    fn hello() -> VrouterRequest {
+        VrouterRequest::Hello {
+            version: PROTOCOL_VERSION,
+        }
+    }
+
+    #[test]
+    fn the_socket_client_resyncs_a_restarted_vrouter_with_the_whole_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vrouter.sock");
+        let first = FakeServer::start(&path, "b1");
+        let mut ex = Executor::new(SocketDataplane::new(&path, Duration::from_secs(5)), None);
+        ex.reconcile();
+        assert_eq!(
+            first.take(),
+            vec![
+                hello(),
+                VrouterRequest::Sync {
+                    state: DesiredState::default()
+                }
+            ]
+        );
+        let a = endpoint("c1", "bri1", "10.244.0.5/32");
+        ex.submit(endpoint_added(&a).unwrap());
+        assert_eq!(first.take(), endpoint_added(&a).unwrap());
+
+        // The vrouter goes away: the next change fails, is kept, and the
+        // executor reports the vrouter unreachable.
+        first.stop(&path);
+        let b = endpoint("c2", "bri2", "10.244.0.6/32");
+        ex.submit(endpoint_added(&b).unwrap());
+        assert!(!ex.reachable_flag().load(Ordering::Relaxed));
+        assert!(first.take().is_empty());
+
+        // It comes back with a new boot ID: one Hello, one Sync with both.
+        let second = FakeServer::start(&path, "b2");
+        ex.reconcile();
+        let reqs = second.take();
+        assert_eq!(reqs.len(), 2, "{reqs:?}");
+        assert_eq!(reqs[0], hello());
+        let VrouterRequest::Sync { state } = &reqs[1] else {
+            panic!("{reqs:?}")
+        };
+        let names: Vec<&str> = state.ports.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["bri1", "bri2"]);
+        assert_eq!(state.routes.len(), 2);
+        assert!(ex.reachable_flag().load(Ordering::Relaxed));
+        assert_eq!(ex.boot_id(), Some("b2"));
+        second.stop(&path);
+    }
+}
