@@ -254,6 +254,13 @@ pub trait Port: Send {
     fn release(self: Box<Self>, arena: &mut FrameArena) {
         let _ = arena;
     }
+
+    /// A file descriptor that becomes readable when frames arrive, for a
+    /// worker that blocks in `poll(2)` when idle (interrupt polling);
+    /// `None` for ports without one.
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
 }
 
 #[cfg(test)]

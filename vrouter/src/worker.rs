@@ -137,6 +137,26 @@ impl Worker {
         self.port_stats.get(id as usize).copied()
     }
 
+    /// Blocks until a port with a wait descriptor has frames to receive,
+    /// or `timeout_ms` passes (interrupt polling). Returns at once when no
+    /// port has one. The descriptor list is built per wait: only idle
+    /// workers wait.
+    pub fn wait_for_frames(&self, timeout_ms: u16) {
+        use nix::poll::{PollFd, PollFlags, poll};
+        let mut fds: Vec<PollFd<'_>> = self
+            .ports
+            .iter()
+            .filter_map(|p| p.wait_fd())
+            .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
+            .collect();
+        if fds.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(u64::from(timeout_ms)));
+            return;
+        }
+        // EINTR and the like just end the wait early.
+        let _ = poll(&mut fds, timeout_ms);
+    }
+
     /// Number of port slots (attached and detached).
     pub fn port_slots(&self) -> usize {
         self.ports.len()

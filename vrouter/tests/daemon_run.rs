@@ -11,7 +11,7 @@ mod common;
 use anyhow::Result;
 use common::{Netns, Vrouter, counter, pod, unique};
 
-fn pod_to_pod_ping(io: &str) -> Result<()> {
+fn pod_to_pod_ping(io: &str, polling: &str) -> Result<()> {
     let node = Netns::new("vn")?;
     let (ha, hb) = (unique("ha"), unique("hb"));
     let (mac_a, mac_b) = ("02:b2:00:00:00:02", "02:b2:00:00:00:03");
@@ -23,6 +23,8 @@ fn pod_to_pod_ping(io: &str) -> Result<()> {
             "run",
             "--io",
             io,
+            "--polling",
+            polling,
             "--node",
             "192.168.0.1",
             "--port",
@@ -56,13 +58,21 @@ fn pod_to_pod_ping(io: &str) -> Result<()> {
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn pod_to_pod_ping_through_af_xdp_ports() -> Result<()> {
-    pod_to_pod_ping("xdp")
+    pod_to_pod_ping("xdp", "adaptive")
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn pod_to_pod_ping_through_af_xdp_ports_with_interrupt_polling() -> Result<()> {
+    // The pings are 200 ms apart: every one arrives at a worker blocked in
+    // poll(2), so each is a wake-up.
+    pod_to_pod_ping("xdp", "interrupt")
 }
 
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn pod_to_pod_ping_through_forced_af_packet_ports() -> Result<()> {
-    pod_to_pod_ping("packet")
+    pod_to_pod_ping("packet", "interrupt")
 }
 
 /// `run` with a UMEM larger than RLIMIT_MEMLOCK (8 MiB here), in a process

@@ -195,7 +195,8 @@ fn apply(worker: &mut Worker, cmd: WorkerCmd, stats: &Stats) {
 /// Polls until `stop`; applies commands between polls. Adaptive: spin while
 /// frames arrive, then sleep between polls (10 µs doubling to 1 ms) after
 /// a run of empty ones; the ports' `poll` wakes the kernel only when it asks
-/// (need_wakeup), so an idle worker costs near-zero CPU.
+/// (need_wakeup), so an idle worker costs near-zero CPU. Interrupt: after
+/// the same run of empty polls, block in poll(2) on the ports' sockets.
 pub fn poll_loop(
     worker: &mut Worker,
     commands: &Receiver<WorkerCmd>,
@@ -241,7 +242,13 @@ pub fn poll_loop(
             continue;
         }
         idle_run = idle_run.saturating_add(1);
-        if idle_run > SPIN_BEFORE_SLEEP {
+        if idle_run <= SPIN_BEFORE_SLEEP {
+            continue;
+        }
+        if polling == Polling::Interrupt {
+            // Commands wait at most this long too.
+            worker.wait_for_frames(100);
+        } else {
             std::thread::sleep(sleep);
             sleep = (sleep * 2).min(MAX_SLEEP);
         }

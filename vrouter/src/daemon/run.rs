@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use brindle_xsk::{Role, Steering, SteeringConfig, Umem, UmemConfig, UmemHandle};
@@ -268,29 +267,17 @@ pub fn build(cfg: &RunConfig) -> anyhow::Result<Dataplane> {
     })
 }
 
-/// Polls until `stop` is set; returns the worker's counters.
+/// Polls until `stop` is set (the same loop as `serve`'s worker, with no
+/// commands); returns the worker's counters.
 pub fn run_worker(dp: &mut Dataplane, polling: Polling, stop: &AtomicBool) -> Counters {
-    // Adaptive: this many empty polls in a row before the first sleep.
-    const SPIN_BEFORE_SLEEP: u32 = 1024;
-    const MAX_SLEEP: Duration = Duration::from_millis(1);
-    let mut idle = 0u32;
-    let mut sleep = Duration::from_micros(10);
-    while !stop.load(Ordering::Relaxed) {
-        let n = dp.worker.poll_once(Instant::now());
-        if polling == Polling::Busy {
-            continue;
-        }
-        if n > 0 {
-            idle = 0;
-            sleep = Duration::from_micros(10);
-            continue;
-        }
-        idle = idle.saturating_add(1);
-        if idle > SPIN_BEFORE_SLEEP {
-            std::thread::sleep(sleep);
-            sleep = (sleep * 2).min(MAX_SLEEP);
-        }
-    }
+    let loops = std::sync::atomic::AtomicU64::new(0);
+    crate::daemon::engine::poll_loop(
+        &mut dp.worker,
+        &crossbeam_channel::never(),
+        polling,
+        stop,
+        &loops,
+    );
     dp.worker.counters()
 }
 

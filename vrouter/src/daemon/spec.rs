@@ -193,6 +193,10 @@ pub enum Polling {
     /// when it asks. An idle vrouter costs near-zero CPU.
     #[default]
     Adaptive,
+    /// After a run of empty polls, block in poll(2) on the ports' sockets
+    /// (up to 100 ms at a time) until frames arrive: the least CPU when
+    /// idle, a wake-up's latency on the first frame of a burst.
+    Interrupt,
 }
 
 /// Which socket kind ports use.

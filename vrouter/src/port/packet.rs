@@ -119,6 +119,10 @@ impl Port for PacketPort {
         taken
     }
 
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(self.socket.fd())
+    }
+
     fn poll(&mut self, _arena: &mut FrameArena, _now: Instant) -> PortPoll {
         if self.pending_kick {
             self.pending_kick = !self.socket.kick_tx().unwrap_or(false);

@@ -260,6 +260,10 @@ impl Port for XdpPort {
         result
     }
 
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(self.socket.fd())
+    }
+
     fn release(self: Box<Self>, arena: &mut FrameArena) {
         let XdpPort {
             socket,
