@@ -38,7 +38,7 @@ use crate::endpoints::{EndpointHandler, EndpointStore};
 use crate::metrics::{self, Metrics, StateLabel};
 use crate::programming::dataplane::SocketDataplane;
 use crate::programming::executor::Executor;
-use crate::registry::{NodeRecord, Registry, Role, mesh_peers, now_ms};
+use crate::registry::{NodeRecord, Registry, Role, WantedPeer, mesh_peers, now_ms, wanted_peers};
 use crate::routing::{PoolRouting, Underlay, block_diff, request_for, route_for};
 
 /// Key prefix of the IPAM data.
@@ -76,8 +76,8 @@ fn node_config(v: &Validated, tunnel_peers: Vec<Ipv4Addr>) -> NodeConfig {
 /// State the control loop carries from one step to the next.
 #[derive(Default)]
 struct LoopState {
-    /// Mesh peers we added, with their port.
-    peers: BTreeMap<IpAddr, u16>,
+    /// Peers we added from the registry, with their port and client flag.
+    peers: BTreeMap<IpAddr, (u16, bool)>,
     /// Our blocks programmed as blackholes.
     own_blackholes: BTreeSet<IpNet>,
     /// The tunnel peers last sent in `SetNode`.
@@ -558,44 +558,49 @@ fn control_step(
     }
     match registry.nodes() {
         Ok(nodes) => {
-            if config.bgp.node_to_node_mesh {
-                let now = now_ms();
-                let wanted: BTreeMap<IpAddr, &NodeRecord> = mesh_peers(&nodes, &v.node_name, now)
-                    .into_iter()
-                    .map(|n| (IpAddr::V4(n.address), n))
-                    .collect();
-                let gone: Vec<IpAddr> = state
-                    .peers
-                    .keys()
-                    .filter(|a| !wanted.contains_key(a))
-                    .copied()
-                    .collect();
-                for addr in gone {
-                    info!(peer = %addr, "node gone or dead: removing its BGP peer");
-                    if let Err(e) = rt.block_on(speaker.remove_peer(addr)) {
-                        warn!(peer = %addr, error = %e, "remove peer");
-                    }
-                    state.peers.remove(&addr);
+            let now = now_ms();
+            let wanted: BTreeMap<IpAddr, WantedPeer<'_>> = wanted_peers(
+                &nodes,
+                &v.node_name,
+                config.bgp.node_to_node_mesh,
+                config.bgp.route_reflector,
+                now,
+            )
+            .into_iter()
+            .map(|p| (IpAddr::V4(p.node.address), p))
+            .collect();
+            let gone: Vec<IpAddr> = state
+                .peers
+                .keys()
+                .filter(|a| !wanted.contains_key(a))
+                .copied()
+                .collect();
+            for addr in gone {
+                info!(peer = %addr, "node gone, dead or no longer wanted: removing its BGP peer");
+                if let Err(e) = rt.block_on(speaker.remove_peer(addr)) {
+                    warn!(peer = %addr, error = %e, "remove peer");
                 }
-                for (addr, node) in wanted {
-                    if state.peers.get(&addr) == Some(&node.bgp_port) {
-                        continue;
+                state.peers.remove(&addr);
+            }
+            for (addr, want) in wanted {
+                let key = (want.node.bgp_port, want.rr_client);
+                if state.peers.get(&addr) == Some(&key) {
+                    continue;
+                }
+                if state.peers.contains_key(&addr) {
+                    let _ = rt.block_on(speaker.remove_peer(addr));
+                }
+                let mut pc = PeerConfig::new(addr, want.node.as_number);
+                pc.port = want.node.bgp_port;
+                pc.hold_time = config.bgp.hold_time_secs;
+                pc.local_address = Some(IpAddr::V4(v.node_address));
+                pc.rr_client = want.rr_client;
+                info!(peer = %addr, node = %want.node.name, rr_client = want.rr_client, "adding peer from the registry");
+                match rt.block_on(speaker.add_peer(pc)) {
+                    Ok(()) => {
+                        state.peers.insert(addr, key);
                     }
-                    if state.peers.contains_key(&addr) {
-                        let _ = rt.block_on(speaker.remove_peer(addr));
-                    }
-                    let mut pc = PeerConfig::new(addr, node.as_number);
-                    pc.port = node.bgp_port;
-                    pc.hold_time = config.bgp.hold_time_secs;
-                    pc.local_address = Some(IpAddr::V4(v.node_address));
-                    pc.rr_client = config.bgp.route_reflector && node.role != Role::RouteReflector;
-                    info!(peer = %addr, node = %node.name, "adding mesh peer");
-                    match rt.block_on(speaker.add_peer(pc)) {
-                        Ok(()) => {
-                            state.peers.insert(addr, node.bgp_port);
-                        }
-                        Err(e) => warn!(peer = %addr, error = %e, "add peer"),
-                    }
+                    Err(e) => warn!(peer = %addr, error = %e, "add peer"),
                 }
             }
             let now = now_ms();

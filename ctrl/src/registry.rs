@@ -107,6 +107,39 @@ pub fn mesh_peers<'a>(nodes: &'a [NodeRecord], me: &str, now_ms: u64) -> Vec<&'a
         .collect()
 }
 
+/// One BGP peer the registry asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WantedPeer<'a> {
+    /// The node.
+    pub node: &'a NodeRecord,
+    /// We reflect to it (we are a reflector, it is not).
+    pub rr_client: bool,
+}
+
+/// The peers node `me` should have among the registered nodes:
+/// - full mesh: every other live node;
+/// - without the mesh, a route reflector peers with every other live node
+///   (its clients, unless they are reflectors too), and any other node
+///   peers with the live reflectors only (as their client).
+///
+/// A reflector reflects to its clients only (`rr_client`).
+pub fn wanted_peers<'a>(
+    nodes: &'a [NodeRecord],
+    me: &str,
+    full_mesh: bool,
+    i_am_reflector: bool,
+    now_ms: u64,
+) -> Vec<WantedPeer<'a>> {
+    mesh_peers(nodes, me, now_ms)
+        .into_iter()
+        .filter(|n| full_mesh || i_am_reflector || n.role == Role::RouteReflector)
+        .map(|node| WantedPeer {
+            node,
+            rr_client: i_am_reflector && node.role != Role::RouteReflector,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use brindle_ipam::store::MemoryStore;
@@ -124,6 +157,51 @@ mod tests {
             heartbeat_ms,
             lease_secs: 30,
         }
+    }
+
+    fn names(peers: &[WantedPeer<'_>]) -> Vec<(String, bool)> {
+        peers
+            .iter()
+            .map(|p| (p.node.name.clone(), p.rr_client))
+            .collect()
+    }
+
+    #[test]
+    fn without_the_mesh_nodes_peer_with_the_reflectors_which_peer_with_everyone() {
+        let mut rr = record("rr", "192.168.0.1", 100_000);
+        rr.role = Role::RouteReflector;
+        let mut rr2 = record("rr2", "192.168.0.2", 100_000);
+        rr2.role = Role::RouteReflector;
+        let nodes = vec![
+            rr,
+            rr2,
+            record("a", "192.168.0.11", 100_000),
+            record("b", "192.168.0.12", 100_000),
+            record("dead", "192.168.0.13", 1),
+        ];
+        // A plain node: the reflectors only, not as our clients.
+        assert_eq!(
+            names(&wanted_peers(&nodes, "a", false, false, 100_000)),
+            [("rr".to_owned(), false), ("rr2".to_owned(), false)]
+        );
+        // A reflector: every live node, clients except the other reflector.
+        assert_eq!(
+            names(&wanted_peers(&nodes, "rr", false, true, 100_000)),
+            [
+                ("rr2".to_owned(), false),
+                ("a".to_owned(), true),
+                ("b".to_owned(), true)
+            ]
+        );
+        // Full mesh: everyone live, nobody a client.
+        assert_eq!(
+            names(&wanted_peers(&nodes, "a", true, false, 100_000)),
+            [
+                ("rr".to_owned(), false),
+                ("rr2".to_owned(), false),
+                ("b".to_owned(), false)
+            ]
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Three real `brindle-ctrl` daemons sharing one real etcd form a BGP full
-//! mesh from the node registry, and each programs (into its own fake
+//! mesh (or peer through a route reflector) from the node registry, and each programs (into its own fake
 //! vrouter) IPIP routes to the other two nodes' blocks.
 //!
 //! The nodes are 127.0.0.1, .2 and .3 on the loopback interface rather than
@@ -99,15 +99,14 @@ impl Node {
     }
 }
 
-#[test]
-#[ignore = "starts a real etcd and three daemons (needs etcd-server)"]
-fn three_daemons_form_a_full_mesh_and_program_each_others_blocks() {
-    let top = tempfile::tempdir().unwrap();
-    let etcd = Etcd::start(top.path());
+/// Starts etcd and three daemons (node 1 a route reflector and the mesh
+/// off when `reflector`), claims a block on each, and waits until each
+/// vrouter has IPIP routes to the other two blocks.
+fn three_nodes(top: &Path, etcd: &Etcd, reflector: bool) -> Vec<Node> {
     let bgp_port = free_port();
     let mut nodes = Vec::new();
     for i in 1..=3u8 {
-        let dir = top.path().join(format!("n{i}"));
+        let dir = top.join(format!("n{i}"));
         std::fs::create_dir_all(&dir).unwrap();
         let address = Ipv4Addr::new(127, 0, 0, i);
         let vrouter = FakeVrouter::start(&dir.join("vrouter.sock"), &format!("boot-{i}"));
@@ -128,6 +127,11 @@ fn three_daemons_form_a_full_mesh_and_program_each_others_blocks() {
             ("BRINDLE_BGP_LISTEN_PORT", bgp_port.to_string()),
             ("BRINDLE_BGP_HOLD_TIME_SECS", "9".into()),
             ("BRINDLE_BGP_NODE_LEASE_SECS", "3".into()),
+            ("BRINDLE_BGP_NODE_TO_NODE_MESH", (!reflector).to_string()),
+            (
+                "BRINDLE_BGP_ROUTE_REFLECTOR",
+                (reflector && i == 1).to_string(),
+            ),
             (
                 "BRINDLE_METRICS_LISTEN",
                 format!("{address}:{}", free_port()),
@@ -202,6 +206,40 @@ fn three_daemons_form_a_full_mesh_and_program_each_others_blocks() {
         // Its own block is a blackhole (more specific /32s go to pods).
         assert_eq!(me.routes().get(&me.block), Some(&RouteTarget::Blackhole));
     }
+    nodes
+}
+
+#[test]
+#[ignore = "starts a real etcd and three daemons (needs etcd-server)"]
+fn route_reflection_without_the_mesh_gives_the_same_routes() {
+    let top = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(top.path());
+    let nodes = three_nodes(top.path(), &etcd, true);
+    // Nodes 2 and 3 have one session each, to the reflector, and still
+    // learned each other's block with the other's address as next hop.
+    for n in &nodes[1..] {
+        let mut c = Client::connect(&n.daemon.socket, Duration::from_secs(10)).unwrap();
+        let peers: Value = c
+            .call(&brindle_ctrl::ctrl_api::CtrlRequest::CtrlBgpPeers)
+            .unwrap();
+        let addrs: Vec<&str> = peers
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["address"].as_str().unwrap())
+            .collect();
+        assert_eq!(addrs, ["127.0.0.1"], "{peers}");
+    }
+    drop(nodes);
+    drop(etcd);
+}
+
+#[test]
+#[ignore = "starts a real etcd and three daemons (needs etcd-server)"]
+fn three_daemons_form_a_full_mesh_and_program_each_others_blocks() {
+    let top = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(top.path());
+    let mut nodes = three_nodes(top.path(), &etcd, false);
 
     // Node 3 stops: it sends Cease, so the others withdraw its block at
     // once (no graceful-restart hold for an administrative shutdown).
