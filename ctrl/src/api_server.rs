@@ -163,7 +163,7 @@ mod tests {
         Arc::new(ApiServer {
             ipam: Arc::new(ipam),
             endpoints: Arc::new(EndpointHandler {
-                store: EndpointStore::new(store, "n1"),
+                store: EndpointStore::new(store, "/brindle/", "n1"),
                 programming: tx,
                 vrouter_reachable: Arc::new(AtomicBool::new(true)),
                 metrics: None,

@@ -462,6 +462,12 @@ impl Config {
                 ));
             }
         }
+        let prefix = &self.datastore.prefix;
+        if !prefix.starts_with('/') || !prefix.ends_with('/') {
+            return bad(format!(
+                "datastore.prefix {prefix:?}: must start and end with '/'"
+            ));
+        }
         if self.bgp.as_number == 0 || self.bgp.as_number == 23456 {
             return bad(format!(
                 "bgp.as_number {}: 0 and 23456 (AS_TRANS) are reserved",
@@ -743,6 +749,9 @@ mod tests {
         let mut c = good();
         c.metrics.listen = "9091".into();
         assert!(error_of(c).contains("metrics.listen"));
+        let mut c = good();
+        c.datastore.prefix = "/brindle".into();
+        assert!(error_of(c).contains("datastore.prefix"));
         let mut c = good();
         c.log_level = "loud".into();
         assert!(error_of(c).contains("log_level"));

@@ -41,8 +41,9 @@ use crate::programming::executor::Executor;
 use crate::registry::{NodeRecord, Registry, Role, WantedPeer, mesh_peers, now_ms, wanted_peers};
 use crate::routing::{PoolRouting, Underlay, block_diff, request_for, route_for};
 
-/// Key prefix of the IPAM data.
-pub const IPAM_PREFIX: &str = "/brindle/ipam";
+/// Where the IPAM data lives under the datastore root prefix (the
+/// default root makes it `/brindle/ipam`, `brindle-ipam`'s default).
+pub const IPAM_DIR: &str = "ipam";
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -231,10 +232,13 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
 
     let store = open_store(&config)?;
     let store_kind = store.kind();
-    let ipam = Arc::new(Ipam::new(store.clone(), IPAM_PREFIX));
+    let ipam = Arc::new(Ipam::new(
+        store.clone(),
+        &format!("{}{IPAM_DIR}", config.datastore.prefix),
+    ));
     bootstrap_ipam(&ipam, &config, &v)?;
     let metrics = Arc::new(Metrics::new());
-    let registry = Registry::new(store.clone());
+    let registry = Registry::new(store.clone(), &config.datastore.prefix);
 
     // The executor thread.
     let (program_tx, program_rx) = mpsc::channel::<Vec<VrouterRequest>>();
@@ -243,7 +247,7 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
         Some(metrics.clone()),
     );
     let vrouter_reachable = executor.reachable_flag();
-    let endpoint_store = EndpointStore::new(store.clone(), &v.node_name);
+    let endpoint_store = EndpointStore::new(store.clone(), &config.datastore.prefix, &v.node_name);
     let endpoints = Arc::new(EndpointHandler {
         store: endpoint_store.clone(),
         programming: program_tx.clone(),

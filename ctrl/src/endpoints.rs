@@ -40,11 +40,12 @@ fn corrupt(e: serde_json::Error) -> StoreError {
 }
 
 impl EndpointStore {
-    /// The records of node `node`.
-    pub fn new(store: Arc<dyn Datastore>, node: &str) -> Self {
+    /// The records of node `node` under `root` (`datastore.prefix`,
+    /// `/brindle/`).
+    pub fn new(store: Arc<dyn Datastore>, root: &str, node: &str) -> Self {
         EndpointStore {
             store,
-            prefix: format!("/brindle/endpoints/{node}/"),
+            prefix: format!("{root}endpoints/{node}/"),
         }
     }
 
@@ -259,7 +260,7 @@ mod tests {
     fn handler() -> (EndpointHandler, mpsc::Receiver<Vec<VrouterRequest>>) {
         let (tx, rx) = mpsc::channel();
         let h = EndpointHandler {
-            store: EndpointStore::new(Arc::new(MemoryStore::new()), "n1"),
+            store: EndpointStore::new(Arc::new(MemoryStore::new()), "/brindle/", "n1"),
             programming: tx,
             vrouter_reachable: Arc::new(AtomicBool::new(true)),
             metrics: None,
@@ -417,7 +418,7 @@ mod tests {
     #[test]
     fn a_datastore_outage_is_try_again_later_and_programs_nothing() {
         let (mut h, rx) = handler();
-        h.store = EndpointStore::new(Arc::new(DownStore), "n1");
+        h.store = EndpointStore::new(Arc::new(DownStore), "/brindle/", "n1");
         let ep = endpoint("c1", "bri1", "10.244.0.5/32");
         let e = result::<Endpoint>(h.handle(EndpointRequest::AddEndpoint {
             endpoint: Box::new(ep.clone()),

@@ -1,5 +1,5 @@
 //! The node registry: every node writes its record (name, address, AS,
-//! role, blocks) under `/brindle/nodes/<name>` and refreshes it as a
+//! role, blocks) under `/brindle/nodes/<name>` (the root is `datastore.prefix`) and refreshes it as a
 //! heartbeat; a record older than its lease is a dead node, which the full
 //! mesh drops as a peer.
 //!
@@ -15,8 +15,8 @@ use brindle_ipam::store::{Datastore, StoreError, Write};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-/// Key prefix of node records.
-pub const NODES_PREFIX: &str = "/brindle/nodes/";
+/// Where node records live under the datastore root prefix.
+pub const NODES_DIR: &str = "nodes/";
 
 /// A node's BGP role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,12 +69,16 @@ pub fn now_ms() -> u64 {
 #[derive(Clone)]
 pub struct Registry {
     store: Arc<dyn Datastore>,
+    prefix: String,
 }
 
 impl Registry {
-    /// A registry on `store`.
-    pub fn new(store: Arc<dyn Datastore>) -> Self {
-        Registry { store }
+    /// A registry on `store` under `root` (`datastore.prefix`, `/brindle/`).
+    pub fn new(store: Arc<dyn Datastore>, root: &str) -> Self {
+        Registry {
+            store,
+            prefix: format!("{root}{NODES_DIR}"),
+        }
     }
 
     /// Writes (refreshes) our record. Only this node writes its key, so an
@@ -83,7 +87,7 @@ impl Registry {
         let value = serde_json::to_vec(record).map_err(|e| StoreError::Backend(e.to_string()))?;
         self.store.txn(
             &[],
-            &[Write::Put(format!("{NODES_PREFIX}{}", record.name), value)],
+            &[Write::Put(format!("{}{}", self.prefix, record.name), value)],
         )?;
         Ok(())
     }
@@ -92,7 +96,7 @@ impl Registry {
     pub fn nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
         Ok(self
             .store
-            .list(NODES_PREFIX)?
+            .list(&self.prefix)?
             .into_iter()
             .filter_map(|e| serde_json::from_slice(&e.value).ok())
             .collect())
@@ -206,7 +210,7 @@ mod tests {
 
     #[test]
     fn the_mesh_is_every_other_live_node() {
-        let reg = Registry::new(Arc::new(MemoryStore::new()));
+        let reg = Registry::new(Arc::new(MemoryStore::new()), "/brindle/");
         reg.heartbeat(&record("a", "192.168.0.11", 100_000))
             .unwrap();
         reg.heartbeat(&record("b", "192.168.0.12", 100_000))
