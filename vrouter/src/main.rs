@@ -37,16 +37,26 @@ enum Command {
 
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    let serve_config = match &cli.command {
+        Command::Serve(args) => Some(args.resolve()?),
+        _ => None,
+    };
+    // RUST_LOG wins; then the config file's log_level; then info.
+    let level = serve_config
+        .as_ref()
+        .map_or("info", |c| c.log_level.as_str())
+        .to_owned();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
-        Command::Serve(args) => {
-            brindle_vrouter::daemon::serve::serve(&args.resolve()?)?;
+        Command::Serve(_) => {
+            let config = serve_config.ok_or_else(|| anyhow::anyhow!("serve config"))?;
+            brindle_vrouter::daemon::serve::serve(&config)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Run(args) => {

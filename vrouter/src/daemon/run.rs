@@ -67,12 +67,8 @@ fn open_umem(frames: u32) -> anyhow::Result<Umem> {
     };
     // The mmap happens here; the RLIMIT_MEMLOCK check happens at the first
     // bind (XDP_UMEM_REG), whose error names the limit.
-    Umem::new(config).with_context(|| {
-        format!(
-            "UMEM of {frames} x 2048 B ({} KiB)",
-            u64::from(frames) * 2 / 1024 * 1024 / 1024
-        )
-    })
+    Umem::new(config)
+        .with_context(|| format!("UMEM of {frames} x 2048 B ({} KiB)", u64::from(frames) * 2))
 }
 
 /// Builds the worker: ports (AF_XDP, or AF_PACKET when asked or when AF_XDP

@@ -416,3 +416,29 @@ pub fn http_reply(stream: &mut TcpStream, status: &str, content_type: &str, body
         body.len()
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deployed_config_file_parses_with_its_documented_values() {
+        let text = include_str!("../../../deploy/systemd/vrouter.toml");
+        let cfg: ServeConfig = toml::from_str(text).unwrap();
+        assert_eq!(cfg.cores, "auto");
+        assert!(cfg.adaptive_polling);
+        assert_eq!(cfg.api.socket, PathBuf::from("/run/brindle/vrouter.sock"));
+        assert_eq!(cfg.metrics.listen, "127.0.0.1:9092");
+        assert_eq!((cfg.xdp.umem_frames, cfg.xdp.ring_size), (4096, 2048));
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cores("2-3").unwrap(), vec![2, 3]);
+        assert_eq!(parse_cores("0, 2,4-5").unwrap(), vec![0, 2, 4, 5]);
+        assert!(parse_cores("3-2").is_err());
+        assert!(parse_cores("").is_err());
+        assert!(parse_cores("x").is_err());
+        assert!(!parse_cores("auto").unwrap().is_empty());
+    }
+}
