@@ -370,6 +370,13 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
         vrouter_reachable: vrouter_reachable.clone(),
         endpoints: endpoint_store,
     });
+    // Give the executor's first Hello a moment before the first ADD can
+    // arrive, so a daemon that just started with a vrouter up does not
+    // refuse it; a vrouter that is down only delays the start by this.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while !vrouter_reachable.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let listener = api_server::bind(&config.api.socket)
         .map_err(|e| start_err("binding the API socket")(e.to_string()))?;
     let server = Arc::new(ApiServer {
