@@ -240,6 +240,36 @@ fn an_endpoint_is_stored_programmed_listed_and_survives_a_restart() {
     assert_eq!(listed[0]["ips"][0], address.as_str());
     let blocks = brindlectl(dir.path(), &["ipam", "blocks"]);
     assert_eq!(blocks[0]["affinity"], "node-a");
+    let status = brindlectl(dir.path(), &["node", "status"]);
+    assert_eq!(status["name"], "node-a");
+    assert_eq!(status["endpoints"], 1);
+    assert_eq!(status["vrouter_reachable"], true);
+    wait_for(
+        "the block in the BGP table",
+        Duration::from_secs(20),
+        || {
+            let routes = brindlectl(dir.path(), &["bgp", "routes"]);
+            routes.as_array().unwrap().iter().any(|r| {
+                r["prefix"] == blocks[0]["cidr"] && r["source"] == "Local" && r["best"] == true
+            })
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        brindlectl(dir.path(), &["bgp", "peers"]),
+        serde_json::json!([])
+    );
+    // `vrouter routes` goes straight to the vrouter socket (the fake
+    // answers an empty FIB).
+    let out = Command::new(env!("CARGO_BIN_EXE_brindlectl"))
+        .arg("--vrouter-socket")
+        .arg(dir.path().join("vrouter.sock"))
+        .args(["-o", "yaml", "vrouter", "routes"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "[]\n");
+    assert!(vrouter.requests().contains(&VrouterRequest::DumpRoutes));
 
     // Restart: the record is still there and the new daemon replays it to
     // the vrouter in one Sync (a new controller always resyncs).
