@@ -76,8 +76,24 @@ impl RunArgs {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("read {}", path.display()))?;
-                toml::from_str::<FileConfig>(&text)
-                    .with_context(|| format!("parse {}", path.display()))?
+                match toml::from_str::<FileConfig>(&text) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // The node daemon's file (deploy/systemd/vrouter.toml)
+                        // belongs to `serve`; say so rather than list keys.
+                        let daemon_keys = ["cores", "api", "metrics", "xdp", "uplink"];
+                        let looks_like_daemon = toml::from_str::<toml::Table>(&text)
+                            .is_ok_and(|t| daemon_keys.iter().any(|k| t.contains_key(*k)));
+                        if looks_like_daemon {
+                            anyhow::bail!(
+                                "{} is a daemon config (cores, [api], [metrics], [xdp]): run `brindle-vrouter serve --config {}`",
+                                path.display(),
+                                path.display()
+                            );
+                        }
+                        return Err(e).with_context(|| format!("parse {}", path.display()));
+                    }
+                }
             }
             None => FileConfig::default(),
         };
