@@ -255,11 +255,11 @@ pub trait Port: Send {
         let _ = arena;
     }
 
-    /// A file descriptor that becomes readable when frames arrive, for a
-    /// worker that blocks in `poll(2)` when idle (interrupt polling);
-    /// `None` for ports without one.
-    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        None
+    /// Adds to `out` the file descriptors that become readable when frames
+    /// arrive, for a worker that blocks in `poll(2)` when idle (interrupt
+    /// polling). Ports without any add nothing.
+    fn wait_fds<'a>(&'a self, out: &mut Vec<std::os::fd::BorrowedFd<'a>>) {
+        let _ = out;
     }
 }
 

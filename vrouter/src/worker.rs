@@ -143,10 +143,12 @@ impl Worker {
     /// workers wait.
     pub fn wait_for_frames(&self, timeout_ms: u16) {
         use nix::poll::{PollFd, PollFlags, poll};
-        let mut fds: Vec<PollFd<'_>> = self
-            .ports
-            .iter()
-            .filter_map(|p| p.wait_fd())
+        let mut borrowed = Vec::new();
+        for p in &self.ports {
+            p.wait_fds(&mut borrowed);
+        }
+        let mut fds: Vec<PollFd<'_>> = borrowed
+            .into_iter()
             .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
             .collect();
         if fds.is_empty() {

@@ -9,14 +9,14 @@
 mod common;
 
 use anyhow::Result;
-use common::{Netns, Vrouter, counter, pod, unique};
+use common::{Netns, Vrouter, counter, pod_with_queues, unique};
 
-fn pod_to_pod_ping(io: &str, polling: &str) -> Result<()> {
+fn pod_to_pod_ping(io: &str, polling: &str, queues: u32) -> Result<()> {
     let node = Netns::new("vn")?;
     let (ha, hb) = (unique("ha"), unique("hb"));
     let (mac_a, mac_b) = ("02:b2:00:00:00:02", "02:b2:00:00:00:03");
-    let pod_a = pod(&node, &ha, "10.65.0.2", mac_a)?;
-    let pod_b = pod(&node, &hb, "10.65.0.3", mac_b)?;
+    let pod_a = pod_with_queues(&node, &ha, "10.65.0.2", mac_a, queues)?;
+    let pod_b = pod_with_queues(&node, &hb, "10.65.0.3", mac_b, queues)?;
     let vrouter = Vrouter::start(
         &node,
         &[
@@ -58,7 +58,7 @@ fn pod_to_pod_ping(io: &str, polling: &str) -> Result<()> {
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn pod_to_pod_ping_through_af_xdp_ports() -> Result<()> {
-    pod_to_pod_ping("xdp", "adaptive")
+    pod_to_pod_ping("xdp", "adaptive", 1)
 }
 
 #[test]
@@ -66,13 +66,23 @@ fn pod_to_pod_ping_through_af_xdp_ports() -> Result<()> {
 fn pod_to_pod_ping_through_af_xdp_ports_with_interrupt_polling() -> Result<()> {
     // The pings are 200 ms apart: every one arrives at a worker blocked in
     // poll(2), so each is a wake-up.
-    pod_to_pod_ping("xdp", "interrupt")
+    pod_to_pod_ping("xdp", "interrupt", 1)
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn pod_to_pod_ping_through_af_xdp_ports_on_a_non_zero_queue() -> Result<()> {
+    // Four queues per veth, each pod transmitting on queue 3 only: the
+    // frames arrive on the host ends' queue 3, which only a socket bound to
+    // that queue receives (a queue without a socket passes to the kernel,
+    // which does not forward here).
+    pod_to_pod_ping("xdp", "interrupt", 4)
 }
 
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn pod_to_pod_ping_through_forced_af_packet_ports() -> Result<()> {
-    pod_to_pod_ping("packet", "interrupt")
+    pod_to_pod_ping("packet", "interrupt", 1)
 }
 
 /// `run` with a UMEM larger than RLIMIT_MEMLOCK (8 MiB here), in a process

@@ -119,8 +119,8 @@ impl Port for PacketPort {
         taken
     }
 
-    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        Some(self.socket.fd())
+    fn wait_fds<'a>(&'a self, out: &mut Vec<std::os::fd::BorrowedFd<'a>>) {
+        out.push(self.socket.fd());
     }
 
     fn poll(&mut self, _arena: &mut FrameArena, _now: Instant) -> PortPoll {

@@ -50,23 +50,31 @@ pub struct XdpPortStats {
     pub rx_wakeups: u64,
 }
 
-/// A port on an AF_XDP socket.
+/// One receive queue of the interface and its socket.
+struct Queue {
+    socket: XskSocket,
+    on_fill_ring: u32,
+}
+
+/// A port on AF_XDP sockets: one per receive queue of the interface (RSS
+/// spreads flows over them), all on the worker's UMEM. The first one also
+/// transmits.
 pub struct XdpPort {
     name: String,
     mac: [u8; 6],
     mtu: u32,
-    socket: XskSocket,
+    queues: Vec<Queue>,
+    next_rx: usize,
     /// Which chunks (by index) this port holds on its fill, RX, TX or
     /// completion ring: one byte written per frame, so that a port detached
     /// at run time gives every one of them back ([`Port::release`]).
     held: Vec<bool>,
     frame_shift: u32,
     /// Dropping it detaches the program (graceful stop leaves the interface
-    /// as it was). Declared after the socket is irrelevant: the kernel drops
-    /// the XSKMAP entry when the socket closes, and the program passes.
+    /// as it was). The kernel also drops a socket's XSKMAP entry when the
+    /// socket closes, and the program then passes.
     attachment: Option<XdpAttachment>,
     fill_budget: u32,
-    on_fill_ring: u32,
     descs: Vec<Desc>,
     addrs: Vec<u64>,
     stats: XdpPortStats,
@@ -79,8 +87,11 @@ pub struct XdpPortConfig {
     pub socket: XskConfig,
     /// Native, generic or auto XDP attach.
     pub xdp_mode: XdpMode,
-    /// Frames this port keeps on its fill ring at most.
+    /// Frames the port keeps on its fill rings at most (split between its
+    /// queues).
     pub fill_budget: u32,
+    /// Receive queues to bind at most (the interface's count, up to this).
+    pub max_queues: u32,
     /// Chunks in the UMEM (the arena's `frames()`).
     pub umem_frames: u32,
     /// Chunk size of the UMEM (the arena's `frame_size()`).
@@ -93,15 +104,34 @@ impl Default for XdpPortConfig {
             socket: XskConfig::default(),
             xdp_mode: XdpMode::Auto,
             fill_budget: 1024,
+            max_queues: 16,
             umem_frames: 4096,
             frame_size: 2048,
         }
     }
 }
 
+/// Receive queues of `ifname` (`/sys/class/net/IF/queues/rx-*`); 1 when
+/// unreadable.
+pub fn rx_queue_count(ifname: &str) -> u32 {
+    std::fs::read_dir(
+        std::path::Path::new("/sys/class/net")
+            .join(ifname)
+            .join("queues"),
+    )
+    .map(|dir| {
+        dir.filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+            .count() as u32
+    })
+    .unwrap_or(1)
+    .max(1)
+}
+
 impl XdpPort {
-    /// Binds a socket on queue 0 of `ifname` over `umem`, attaches the
-    /// steering program for `role` and puts the socket in its map.
+    /// Binds one socket per receive queue of `ifname` (up to
+    /// `max_queues`) over `umem`, attaches the steering program for `role`
+    /// and puts each socket in its map.
     pub fn open(
         umem: &UmemHandle,
         steering: &Steering,
@@ -111,26 +141,37 @@ impl XdpPort {
         config: &XdpPortConfig,
     ) -> brindle_xsk::Result<XdpPort> {
         let ifindex = brindle_xsk::ifindex(ifname)?;
-        let socket = XskSocket::bind_handle(umem, ifindex, 0, &config.socket)?;
+        let count = rx_queue_count(ifname).min(config.max_queues.max(1));
+        let mut queues = Vec::with_capacity(count as usize);
+        for q in 0..count {
+            queues.push(Queue {
+                socket: XskSocket::bind_handle(umem, ifindex, q, &config.socket)?,
+                on_fill_ring: 0,
+            });
+        }
         let attachment = steering.attach(ifindex, role, config.xdp_mode)?;
-        attachment.set_socket(&socket)?;
+        for q in &queues {
+            attachment.set_socket(&q.socket)?;
+        }
         tracing::info!(
             port = ifname,
             ?role,
+            queues = count,
             xdp_mode = ?attachment.mode(),
-            zero_copy = socket.is_zero_copy(),
+            zero_copy = queues[0].socket.is_zero_copy(),
             "AF_XDP port open"
         );
+        let per_queue = (config.fill_budget.min(config.socket.fill_size) / count).max(64);
         Ok(XdpPort {
             name: ifname.to_owned(),
             mac: link.mac,
             mtu: link.mtu,
-            socket,
+            queues,
+            next_rx: 0,
             held: vec![false; config.umem_frames as usize],
             frame_shift: config.frame_size.max(1).trailing_zeros(),
             attachment: Some(attachment),
-            fill_budget: config.fill_budget.min(config.socket.fill_size),
-            on_fill_ring: 0,
+            fill_budget: per_queue,
             descs: vec![Desc::default(); BURST],
             addrs: vec![0; BURST.max(256)],
             stats: XdpPortStats::default(),
@@ -142,13 +183,18 @@ impl XdpPort {
         self.stats
     }
 
+    /// Sockets (receive queues) of the port.
+    pub fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
     /// The attached program, if any (for its verdict counters).
     pub fn attachment(&self) -> Option<&XdpAttachment> {
         self.attachment.as_ref()
     }
 
     fn kick(&mut self) {
-        match self.socket.kick_tx() {
+        match self.queues[0].socket.kick_tx() {
             Ok(true) => self.stats.tx_kicks += 1,
             Ok(false) => {}
             Err(e) => {
@@ -174,16 +220,28 @@ impl Port for XdpPort {
 
     fn rx_burst(&mut self, _arena: &mut FrameArena, descs: &mut [FrameDesc]) -> usize {
         let max = descs.len().min(self.descs.len());
-        let n = self.socket.rx_burst(&mut self.descs[..max]);
-        for (out, d) in descs.iter_mut().zip(&self.descs[..n]) {
-            *out = FrameDesc {
-                addr: d.addr,
-                len: d.len,
-            };
-            hold(&mut self.held, self.frame_shift, d.addr, false);
+        let mut total = 0;
+        // Round robin over the queues, starting one further each burst, so
+        // a busy queue cannot starve the others.
+        let count = self.queues.len();
+        for i in 0..count {
+            if total == max {
+                break;
+            }
+            let q = &mut self.queues[(self.next_rx + i) % count];
+            let n = q.socket.rx_burst(&mut self.descs[..max - total]);
+            q.on_fill_ring = q.on_fill_ring.saturating_sub(n as u32);
+            for (out, d) in descs[total..].iter_mut().zip(&self.descs[..n]) {
+                *out = FrameDesc {
+                    addr: d.addr,
+                    len: d.len,
+                };
+                hold(&mut self.held, self.frame_shift, d.addr, false);
+            }
+            total += n;
         }
-        self.on_fill_ring = self.on_fill_ring.saturating_sub(n as u32);
-        n
+        self.next_rx = (self.next_rx + 1) % count;
+        total
     }
 
     fn tx_burst(&mut self, _arena: &mut FrameArena, descs: &[FrameDesc]) -> usize {
@@ -197,7 +255,7 @@ impl Port for XdpPort {
                     len: f.len,
                 };
             }
-            let n = self.socket.tx_burst(&self.descs[..chunk.len()]);
+            let n = self.queues[0].socket.tx_burst(&self.descs[..chunk.len()]);
             for f in &chunk[..n] {
                 hold(&mut self.held, self.frame_shift, f.addr, true);
             }
@@ -214,7 +272,7 @@ impl Port for XdpPort {
     fn poll(&mut self, arena: &mut FrameArena, _now: Instant) -> PortPoll {
         let mut result = PortPoll::default();
         loop {
-            let n = self.socket.reap_completions(&mut self.addrs);
+            let n = self.queues[0].socket.reap_completions(&mut self.addrs);
             for &a in &self.addrs[..n] {
                 hold(&mut self.held, self.frame_shift, a, false);
                 arena.free(a);
@@ -225,48 +283,50 @@ impl Port for XdpPort {
             }
         }
         // Copy-mode TX only progresses inside sendto.
-        if self.socket.tx_pending() > 0 {
+        if self.queues[0].socket.tx_pending() > 0 {
             self.kick();
         }
-        let want =
-            (self.fill_budget.saturating_sub(self.on_fill_ring) as usize).min(self.addrs.len());
-        let mut got = 0;
-        while got < want {
-            match arena.alloc() {
-                Some(a) => {
-                    self.addrs[got] = a;
-                    got += 1;
+        for q in &mut self.queues {
+            let want =
+                (self.fill_budget.saturating_sub(q.on_fill_ring) as usize).min(self.addrs.len());
+            let mut got = 0;
+            while got < want {
+                match arena.alloc() {
+                    Some(a) => {
+                        self.addrs[got] = a;
+                        got += 1;
+                    }
+                    None => break,
                 }
-                None => break,
             }
-        }
-        if got > 0 {
-            let filled = self.socket.fill(&self.addrs[..got]);
-            for &a in &self.addrs[..filled] {
-                hold(&mut self.held, self.frame_shift, a, true);
+            if got > 0 {
+                let filled = q.socket.fill(&self.addrs[..got]);
+                for &a in &self.addrs[..filled] {
+                    hold(&mut self.held, self.frame_shift, a, true);
+                }
+                for &a in &self.addrs[filled..got] {
+                    arena.free(a);
+                }
+                q.on_fill_ring += filled as u32;
+                result.rx_refilled += filled as u32;
             }
-            for &a in &self.addrs[filled..got] {
-                arena.free(a);
-            }
-            self.on_fill_ring += filled as u32;
-            result.rx_refilled = filled as u32;
-        }
-        if self.socket.fill_needs_wakeup() {
-            self.stats.rx_wakeups += 1;
-            if let Err(e) = self.socket.wake_rx() {
-                tracing::debug!(port = %self.name, error = %e, "RX wake-up failed");
+            if q.socket.fill_needs_wakeup() {
+                self.stats.rx_wakeups += 1;
+                if let Err(e) = q.socket.wake_rx() {
+                    tracing::debug!(port = %self.name, error = %e, "RX wake-up failed");
+                }
             }
         }
         result
     }
 
-    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        Some(self.socket.fd())
+    fn wait_fds<'a>(&'a self, out: &mut Vec<std::os::fd::BorrowedFd<'a>>) {
+        out.extend(self.queues.iter().map(|q| q.socket.fd()));
     }
 
     fn release(self: Box<Self>, arena: &mut FrameArena) {
         let XdpPort {
-            socket,
+            queues,
             attachment,
             held,
             frame_shift,
@@ -274,13 +334,13 @@ impl Port for XdpPort {
             ..
         } = *self;
         // Detach first so the kernel passes the interface's traffic, then
-        // close: after that the kernel holds none of the socket's frames.
+        // close: after that the kernel holds none of the sockets' frames.
         if let Some(a) = attachment
             && let Err(e) = a.detach()
         {
             tracing::warn!(port = %name, error = %e, "detaching the XDP program failed");
         }
-        drop(socket);
+        drop(queues);
         let mut returned = 0u32;
         for (i, _) in held.iter().enumerate().filter(|(_, h)| **h) {
             arena.free((i as u64) << frame_shift);

@@ -75,9 +75,40 @@ impl Drop for Netns {
 /// a link-scope route to 169.254.1.1 and the default route via it; the
 /// host end of its veth `host_if` sits in `node`, up, without an address.
 pub fn pod(node: &Netns, host_if: &str, addr: &str, mac: &str) -> Result<Netns> {
+    pod_with_queues(node, host_if, addr, mac, 1)
+}
+
+/// [`pod`] with `queues` queues on both ends of the veth; with more than
+/// one, the pod transmits on its last queue only (XPS), so its frames reach
+/// the host end's last receive queue and the XDP program sees that queue.
+pub fn pod_with_queues(
+    node: &Netns,
+    host_if: &str,
+    addr: &str,
+    mac: &str,
+    queues: u32,
+) -> Result<Netns> {
     let ns = Netns::new("vp")?;
+    let q = queues.to_string();
     node.ip(&[
-        "link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", &ns.name,
+        "link",
+        "add",
+        host_if,
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        &ns.name,
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
     ])?;
     node.ip(&["link", "set", host_if, "up"])?;
     ns.ip(&["link", "set", "eth0", "address", mac])?;
@@ -101,6 +132,21 @@ pub fn pod(node: &Netns, host_if: &str, addr: &str, mac: &str) -> Result<Netns> 
         "dev",
         "eth0",
     ])?;
+    if queues > 1 {
+        // Every CPU transmits on the last queue.
+        let cpus = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(63);
+        let all = format!("{:x}", (1u64 << cpus) - 1);
+        for i in 0..queues {
+            let mask = if i == queues - 1 { all.as_str() } else { "0" };
+            ns.exec(&[
+                "sh",
+                "-c",
+                &format!("echo {mask} > /sys/class/net/eth0/queues/tx-{i}/xps_cpus"),
+            ])?;
+        }
+    }
     Ok(ns)
 }
 
