@@ -313,10 +313,17 @@ impl Control {
                 self.detach(&spec.name)?;
             }
             let (port, endpoint, backend) = self.open_port(&spec)?;
-            let id = self.free_slots.pop().unwrap_or_else(|| {
-                self.next_slot += 1;
-                self.next_slot - 1
-            });
+            let id = match self.free_slots.pop() {
+                Some(id) => id,
+                None => {
+                    let id = self.next_slot;
+                    self.next_slot = id.checked_add(1).ok_or_else(|| RemoteError {
+                        kind: RemoteErrorKind::Exhausted,
+                        message: "no port slot left".into(),
+                    })?;
+                    id
+                }
+            };
             self.send(WorkerCmd::SetPort { id, port, endpoint })?;
             tracing::info!(port = %spec.name, id, backend, "port attached");
             self.ports

@@ -8,7 +8,7 @@
 //! ([`umem_arena`]); sockets are bound later through a [`UmemHandle`], which
 //! can also be done from a control thread.
 //!
-//! Frame accounting: each port keeps at most `fill_budget` frames on its
+//! Frame accounting: each port keeps at most its fill budget of frames on its
 //! fill ring, so an idle direction cannot park the whole UMEM there (the
 //! xsk forward bench saw exactly that). Completed transmissions go straight
 //! back to the arena's free list in [`Port::poll`].
@@ -87,9 +87,13 @@ pub struct XdpPortConfig {
     pub socket: XskConfig,
     /// Native, generic or auto XDP attach.
     pub xdp_mode: XdpMode,
-    /// Frames the port keeps on its fill rings at most (split between its
-    /// queues).
+    /// Frames an uplink (or appliance) port keeps on its fill rings at most
+    /// (split between its queues).
     pub fill_budget: u32,
+    /// The same for a pod port. Pods are many and each receives little, and
+    /// every frame on a fill ring is unavailable to the others: 20 pods at
+    /// 128 plus an uplink at 1024 fit in a 4096-frame (8 MiB) UMEM.
+    pub pod_fill_budget: u32,
     /// Receive queues to bind at most (the interface's count, up to this).
     pub max_queues: u32,
     /// Chunks in the UMEM (the arena's `frames()`).
@@ -104,6 +108,7 @@ impl Default for XdpPortConfig {
             socket: XskConfig::default(),
             xdp_mode: XdpMode::Auto,
             fill_budget: 1024,
+            pod_fill_budget: 128,
             max_queues: 16,
             umem_frames: 4096,
             frame_size: 2048,
@@ -161,7 +166,11 @@ impl XdpPort {
             zero_copy = queues[0].socket.is_zero_copy(),
             "AF_XDP port open"
         );
-        let per_queue = (config.fill_budget.min(config.socket.fill_size) / count).max(64);
+        let budget = match role {
+            Role::Pod => config.pod_fill_budget,
+            Role::Uplink | Role::All => config.fill_budget,
+        };
+        let per_queue = (budget.min(config.socket.fill_size) / count).max(32);
         Ok(XdpPort {
             name: ifname.to_owned(),
             mac: link.mac,
