@@ -131,3 +131,91 @@ fn umem_over_memlock_fails_naming_the_limit_or_falls_back_to_af_packet() -> Resu
     );
     Ok(())
 }
+
+/// The pipeline's refusals, over real AF_XDP sockets: a spoofed source is
+/// dropped and counted, a TTL of 1 gets "time exceeded" from the node
+/// address, and a DF packet larger than the egress port's MTU gets
+/// "fragmentation needed" with that MTU.
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn spoofing_ttl_and_mtu_are_enforced_through_af_xdp_ports() -> Result<()> {
+    let node = Netns::new("vn")?;
+    let (ha, hb) = (unique("ha"), unique("hb"));
+    let (mac_a, mac_b) = ("02:b7:00:00:00:02", "02:b7:00:00:00:03");
+    let pod_a = pod_with_queues(&node, &ha, "10.69.0.2", mac_a, 1)?;
+    let _pod_b = pod_with_queues(&node, &hb, "10.69.0.3", mac_b, 1)?;
+    // Pod B's side of the vrouter carries at most 1400-byte packets.
+    node.ip(&["link", "set", &hb, "mtu", "1400"])?;
+    // An address pod A is not allowed to use.
+    pod_a.ip(&["addr", "add", "10.69.9.9/32", "dev", "eth0"])?;
+    let vrouter = Vrouter::start(
+        &node,
+        &[
+            "run",
+            "--io",
+            "xdp",
+            "--node",
+            "192.168.0.1",
+            "--port",
+            &format!("{ha}=pod:10.69.0.2"),
+            "--port",
+            &format!("{hb}=pod:10.69.0.3"),
+            "--neighbor",
+            &format!("10.69.0.3={mac_b}"),
+        ],
+    )?;
+    let spoofed = pod_a.exec(&[
+        "ping",
+        "-c",
+        "2",
+        "-i",
+        "0.2",
+        "-W",
+        "1",
+        "-I",
+        "10.69.9.9",
+        "10.69.0.3",
+    ]);
+    assert!(
+        spoofed.is_err(),
+        "a spoofed source must not get through: {spoofed:?}"
+    );
+    let ttl = pod_a.exec(&["ping", "-c", "1", "-W", "2", "-t", "1", "10.69.0.3"]);
+    let ttl = format!("{ttl:?}");
+    assert!(
+        ttl.contains("From 192.168.0.1") && ttl.contains("Time to live exceeded"),
+        "{ttl}"
+    );
+    let big = pod_a.exec(&[
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "2",
+        "-M",
+        "do",
+        "-s",
+        "1450",
+        "10.69.0.3",
+    ]);
+    let big = format!("{big:?}");
+    assert!(big.contains("mtu = 1400"), "{big}");
+    let ok = pod_a.exec(&[
+        "ping",
+        "-c",
+        "2",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        "-s",
+        "1300",
+        "10.69.0.3",
+    ])?;
+    assert!(ok.contains("2 received"), "{ok}");
+    let c = vrouter.stop()?;
+    assert!(counter(&c, "drop_spoofed") >= 2, "{c}");
+    // The expired and the oversized packet each became an ICMP error.
+    assert!(counter(&c, "icmp_generated") >= 2, "{c}");
+    Ok(())
+}

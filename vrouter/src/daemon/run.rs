@@ -280,13 +280,14 @@ pub fn run_worker(dp: &mut Dataplane, polling: Polling, stop: &AtomicBool) -> Co
 /// Formats the counters as `key=value` pairs, non-zero drops by reason.
 pub fn format_counters(c: &Counters) -> String {
     let mut s = format!(
-        "rx_packets={} rx_bytes={} tx_packets={} tx_bytes={} forwarded={} arp_replies={} encap_ipip={} encap_vxlan={} decap_ipip={} decap_vxlan={}",
+        "rx_packets={} rx_bytes={} tx_packets={} tx_bytes={} forwarded={} arp_replies={} icmp_generated={} encap_ipip={} encap_vxlan={} decap_ipip={} decap_vxlan={}",
         c.rx_packets,
         c.rx_bytes,
         c.tx_packets,
         c.tx_bytes,
         c.forwarded,
         c.arp_replies,
+        c.icmp_generated,
         c.encap_ipip,
         c.encap_vxlan,
         c.decap_ipip,
