@@ -597,7 +597,7 @@ fn the_daemonset_keeps_the_node_contracts() -> Result<()> {
             "brindle-vrouter",
             vec![
                 "brindle-vrouter",
-                "run",
+                "serve",
                 "--config",
                 "/etc/brindle/vrouter.toml",
             ],
@@ -1250,7 +1250,7 @@ fn the_systemd_units_order_the_daemons_and_keep_their_capabilities() -> Result<(
     assert!(one(&ctrl, "After").contains("brindle-vrouter.service"));
     assert_eq!(
         one(&vrouter, "ExecStart"),
-        "/usr/local/bin/brindle-vrouter run --config /etc/brindle/vrouter.toml"
+        "/usr/local/bin/brindle-vrouter serve --config /etc/brindle/vrouter.toml"
     );
     assert_eq!(
         one(&ctrl, "ExecStart"),
