@@ -1,3 +1,5 @@
 //! Helpers for Brindle's whole-node tests: namespaces and veths with unique
 //! names, torn down on drop (also when a test fails).
 #![forbid(unsafe_code)]
+
+pub mod lab;

@@ -69,7 +69,7 @@ fn main() -> Result<()> {
         _ => {
             eprintln!(
                 "usage: cargo xtask <lab [down] | test | bench | fuzz [SECONDS] | deps>\n\
-                 \n  lab    run the local lab (until the lab lands: the forwarding demo)\
+                 \n  lab    run the local three-node lab (lab down: remove it)\
                  \n  test   install what the tests need, then run every check and test\
                  \n  bench  run the benchmarks (long)\
                  \n  fuzz   run every fuzz target for SECONDS each (default {FUZZ_SECONDS_IN_TEST})\
@@ -284,14 +284,58 @@ fn bench(args: &[String]) -> Result<()> {
 fn lab(args: &[String]) -> Result<()> {
     if args.first().map(String::as_str) == Some("down") {
         step("lab down");
-        eprintln!("the forwarding demo leaves nothing running: nothing to remove");
-        return Ok(());
+        return brindle_tests::lab::down();
+    }
+    if !is_root() {
+        bail!("the lab needs root (network namespaces, XDP)");
+    }
+    let mut cfg = brindle_tests::lab::LabConfig {
+        bin_dir: PathBuf::new(),
+        nodes: 3,
+        pods: 2,
+        encap: "ipip".into(),
+        throughput_secs: 3,
+        keep: false,
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--nodes" => cfg.nodes = value()?.parse()?,
+            "--pods" => cfg.pods = value()?.parse()?,
+            "--encap" => cfg.encap = value()?.clone(),
+            "--throughput-secs" => cfg.throughput_secs = value()?.parse()?,
+            "--keep" => cfg.keep = true,
+            other => bail!(
+                "unknown lab option {other}: lab [--nodes N] [--pods P] \
+                 [--encap ipip|vxlan|cross-subnet] [--throughput-secs S] [--keep] | lab down"
+            ),
+        }
+    }
+    if !(2..=200).contains(&cfg.nodes) || !(1..=50).contains(&cfg.pods) {
+        bail!("--nodes 2..=200, --pods 1..=50");
     }
     install_deps()?;
     step("build (release)");
-    run(cargo().args(["build", "--release", "-p", "brindle-vrouter"]))?;
-    step("forwarding demo: the vrouter pipeline on in-memory ports");
-    run(Command::new("target/release/brindle-vrouter")
-        .arg("demo")
-        .args(args))
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "brindle-vrouter",
+        "-p",
+        "brindle-ctrl",
+        "-p",
+        "brindle-cni",
+        "-p",
+        "brindle-ipam",
+    ]))?;
+    let target =
+        env::var("CARGO_TARGET_DIR").map_or_else(|_| PathBuf::from("target"), PathBuf::from);
+    cfg.bin_dir = std::fs::canonicalize(target.join("release"))?;
+    let report = brindle_tests::lab::run(&cfg)?;
+    match &report.failed_step {
+        None if report.success() => Ok(()),
+        Some(step) => bail!("the lab failed: {step}"),
+        None => bail!("the lab failed"),
+    }
 }
