@@ -237,13 +237,26 @@ fn fuzz_crates() -> Result<Vec<(PathBuf, Vec<String>)>> {
         if !targets_dir.is_dir() {
             continue;
         }
-        let mut targets: Vec<String> = std::fs::read_dir(&targets_dir)?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let p = e.path();
-                let stem = p.file_stem()?.to_string_lossy().into_owned();
-                (p.extension()? == "rs").then_some(stem)
-            })
+        // The targets are the fuzz crate's `[[bin]]`s, as cargo-fuzz sees
+        // them: files in fuzz_targets/ may also be shared modules.
+        let crate_dir = dir.parent().context("fuzz dir has a parent")?;
+        let listed = Command::new("cargo")
+            .current_dir(crate_dir)
+            .args(["fuzz", "list"])
+            .output()
+            .context("cargo fuzz list (run `cargo xtask deps` to install cargo-fuzz)")?;
+        if !listed.status.success() {
+            bail!(
+                "cargo fuzz list in {}: {}",
+                crate_dir.display(),
+                String::from_utf8_lossy(&listed.stderr)
+            );
+        }
+        let mut targets: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
             .collect();
         targets.sort();
         out.push((dir, targets));
