@@ -12,7 +12,8 @@ use std::fs;
 use std::io::{Read, Write};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,10 @@ pub const STATE_DIR: &str = "/run/brindle-lab";
 const UNDERLAY_NS: &str = "brl-underlay";
 const ETCD_ADDR: &str = "10.99.0.254";
 const NETWORK: &str = "k8s-pod-network";
+
+/// The daemons this process started, reaped by [`down`] so none is left
+/// as a zombie while the caller (a test) keeps running.
+static CHILDREN: Mutex<Vec<Child>> = Mutex::new(Vec::new());
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -134,7 +139,11 @@ pub fn down() -> Result<()> {
             if pids.is_empty() {
                 break;
             }
-            let _ = Command::new("kill").arg(signal).args(&pids).status();
+            let _ = Command::new("kill")
+                .arg(signal)
+                .args(&pids)
+                .stderr(Stdio::null())
+                .status();
             let _ = wait_for("processes to exit", Duration::from_secs(3), || {
                 ip(&["netns", "pids", &ns])
                     .map(|p| p.trim().is_empty())
@@ -149,10 +158,22 @@ pub fn down() -> Result<()> {
         for e in entries.flatten() {
             if e.path().extension().is_some_and(|x| x == "pid")
                 && let Ok(pid) = fs::read_to_string(e.path())
+                && started_by_lab(pid.trim())
             {
-                let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+                let _ = Command::new("kill")
+                    .args(["-KILL", pid.trim()])
+                    .stderr(Stdio::null())
+                    .status();
             }
         }
+    }
+    for mut child in CHILDREN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .drain(..)
+    {
+        let _ = child.kill();
+        let _ = child.wait();
     }
     if let Ok(entries) = fs::read_dir("/sys/fs/bpf") {
         for e in entries.flatten() {
@@ -167,6 +188,15 @@ pub fn down() -> Result<()> {
         bail!("namespaces left after lab down: {left:?}");
     }
     Ok(())
+}
+
+/// Whether a pid (from a pid file) is still one of the lab's processes
+/// and not a recycled pid: its arguments or environment name the state dir.
+fn started_by_lab(pid: &str) -> bool {
+    ["cmdline", "environ"].iter().any(|f| {
+        fs::read(format!("/proc/{pid}/{f}"))
+            .is_ok_and(|b| String::from_utf8_lossy(&b).contains(STATE_DIR))
+    })
 }
 
 /// Starts a daemon in a namespace, logging into the state dir.
@@ -187,6 +217,10 @@ fn spawn_daemon(
         .spawn()
         .with_context(|| format!("starting {name}"))?;
     fs::write(state().join(format!("{name}.pid")), child.id().to_string())?;
+    CHILDREN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(child);
     Ok(())
 }
 
@@ -444,6 +478,10 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
                     Err(e) => return Err(e),
                 }
             };
+            // The pod's TCP/UDP checksums are left to the veth's offload
+            // (CHECKSUM_PARTIAL), which frames taken by AF_XDP never get:
+            // the pod computes them itself, as with any XDP forwarder.
+            sh(in_ns(&name, "ethtool").args(["-K", "eth0", "tx", "off"]))?;
             let addr = result["ips"][0]["address"]
                 .as_str()
                 .context("ADD result without ips[0].address")?;
@@ -638,6 +676,12 @@ fn throughput(from: &Pod, to: &Pod, secs: u32) -> Result<f64> {
             format!("TCP:{}:5001", to.ip),
         ])
         .status();
+    // A transfer that never connected leaves the receiver listening.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while receiver.try_wait()?.is_none() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(100));
+    }
+    let _ = receiver.kill();
     let _ = receiver.wait();
     let (bytes, elapsed) = counter
         .join()
