@@ -102,9 +102,17 @@ fn ip(args: &[&str]) -> Result<String> {
     sh(Command::new("ip").args(args))
 }
 
+/// A command run in a namespace. Inherited `BRINDLE_*` variables (the
+/// smoke test's own gate, a developer's shell) are removed: the daemons
+/// treat every `BRINDLE_` variable as configuration and refuse unknown ones.
 fn in_ns(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns]).arg(program);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("BRINDLE_") {
+            c.env_remove(key);
+        }
+    }
     c
 }
 

@@ -1,9 +1,10 @@
 //! The lab smoke test: three nodes, two pods each, all-pairs ping through
 //! the real daemons and CNI plugin, then nothing left behind.
 //!
-//! It execs the release binaries (`cargo xtask test` builds them; cargo
-//! cannot be run from inside a test: the build lock). The directory is
-//! `BRINDLE_LAB_BIN_DIR`, else the workspace's `target/release`.
+//! It execs the binaries `cargo xtask test` builds before the tests
+//! (`cargo build --workspace --bins`: they sit beside this test's `deps/`
+//! directory); cargo cannot be run from inside a test (the build lock).
+//! `BRINDLE_LAB_BIN_DIR` picks another directory, e.g. `target/release`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,7 +13,14 @@ use brindle_tests::lab::{self, LabConfig};
 
 fn bin_dir() -> PathBuf {
     std::env::var_os("BRINDLE_LAB_BIN_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release"),
+        || {
+            let exe = std::env::current_exe().expect("the test's own path");
+            // <target>/<profile>/deps/lab-<hash> -> <target>/<profile>
+            exe.parent()
+                .and_then(|deps| deps.parent())
+                .expect("the test runs from <target>/<profile>/deps")
+                .to_path_buf()
+        },
         PathBuf::from,
     )
 }
@@ -20,12 +28,6 @@ fn bin_dir() -> PathBuf {
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn three_nodes_two_pods_all_pairs_ping_then_nothing_is_left() {
-    if std::env::var_os("BRINDLE_LAB_SMOKE").is_none() {
-        eprintln!(
-            "skipped: set BRINDLE_LAB_SMOKE=1 (the lab takes the machine's namespaces and cores)"
-        );
-        return;
-    }
     let cfg = LabConfig {
         bin_dir: bin_dir(),
         nodes: 3,
