@@ -478,7 +478,8 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
             let result = loop {
                 match cni(cfg, n, &name, "ADD", None) {
                     Ok(r) => break r,
-                    Err(e) if attempt < 20 => {
+                    // CNI code 11: try again later (the vrouter not yet programmed).
+                    Err(e) if attempt < 20 && e.to_string().contains("\"code\":11") => {
                         attempt += 1;
                         eprintln!("CNI ADD {name}: {e:#}; retrying");
                         thread::sleep(Duration::from_millis(500));
@@ -608,7 +609,9 @@ fn cni(cfg: &LabConfig, n: u8, pod: &str, command: &str, prev: Option<&Value>) -
         "name": NETWORK,
         "type": "brindle",
         "mtu": 0,
-        "encapsulation": encap_key(&cfg.encap)?,
+        // The plugin's key sizes the MTU only: cross-subnet may encapsulate,
+        // so it reserves IPIP's 20 bytes like Calico's CrossSubnet does.
+        "encapsulation": if cfg.encap == "vxlan" { "vxlan" } else { "ipip" },
         "ctrlSocket": sock,
         "requireDaemon": true,
         "ipam": {"type": "brindle-ipam", "mode": "daemon", "socket": sock, "node": node_ns(n)}
