@@ -22,6 +22,9 @@ use rtnetlink::packet_route::address::{
 use rtnetlink::packet_route::link::{
     InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
+use rtnetlink::packet_route::neighbour::{
+    NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
+};
 use rtnetlink::packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
@@ -417,6 +420,36 @@ impl Netlink {
         }
         msg.attributes.push(RouteAttribute::Oif(oif));
         self.request("add route", RouteNetlinkMessage::NewRoute(msg), flags)?;
+        Ok(())
+    }
+
+    // ===== neighbours =====
+
+    /// Adds or replaces a permanent neighbour entry: `ip` is at `mac` on
+    /// `ifindex` (as `ip neigh replace IP lladdr MAC dev IF nud permanent`).
+    pub fn replace_permanent_neighbour(
+        &mut self,
+        ifindex: u32,
+        ip: IpAddr,
+        mac: &[u8],
+    ) -> Result<(), NetlinkError> {
+        let mut msg = NeighbourMessage::default();
+        msg.header.family = match ip {
+            IpAddr::V4(_) => AddressFamily::Inet,
+            IpAddr::V6(_) => AddressFamily::Inet6,
+        };
+        msg.header.ifindex = ifindex;
+        msg.header.state = NeighbourState::Permanent;
+        msg.header.kind = RouteType::Unicast;
+        msg.attributes
+            .push(NeighbourAttribute::Destination(NeighbourAddress::from(ip)));
+        msg.attributes
+            .push(NeighbourAttribute::LinkLayerAddress(mac.to_vec()));
+        self.request(
+            "add neighbour",
+            RouteNetlinkMessage::NewNeighbour(msg),
+            NLM_F_CREATE | NLM_F_REPLACE,
+        )?;
         Ok(())
     }
 

@@ -236,6 +236,14 @@ fn build(
         // through the old veth.
         host.replace_route(*ip, None, host_link.index, RouteScope::Link)
             .map_err(nl("adding the host route to the pod"))?;
+        // The pod-role steering program hands every frame from the pod,
+        // ARP replies included, to the vrouter, so the node's kernel never
+        // learns the pod's MAC by itself; without this entry the node
+        // (kubelet probes, hostNetwork pods) could not reach the pod.
+        if !pod_link.mac.is_empty() {
+            host.replace_permanent_neighbour(host_link.index, ip.addr(), &pod_link.mac)
+                .map_err(nl("adding the neighbour entry for the pod"))?;
+        }
     }
     Ok(Built {
         host: host_link,

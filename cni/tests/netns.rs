@@ -186,6 +186,23 @@ fn add_sets_up_the_pod_then_check_del_and_del_again_succeed() -> Result<()> {
     let host_routes = w.host.ns.ip_json(&["-4", "route", "show", &ip])?;
     assert_eq!(host_routes[0]["dev"], host_ifname.as_str(), "{host_routes}");
     assert_eq!(host_routes[0]["scope"], "link");
+    // ... and a permanent neighbour entry with the pod's MAC: the vrouter's
+    // steering program takes the pod's ARP replies, so the kernel could not
+    // learn it.
+    let neigh = w
+        .host
+        .ns
+        .ip_json(&["-4", "neigh", "show", &ip, "dev", &host_ifname])?;
+    assert_eq!(
+        neigh[0]["lladdr"], result["interfaces"][1]["mac"],
+        "{neigh}"
+    );
+    assert!(
+        neigh[0]["state"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|v| v == "PERMANENT")),
+        "{neigh}"
+    );
 
     // The daemon was told, with the pod's identity from CNI_ARGS.
     let got = w.daemon().received();
