@@ -13,7 +13,7 @@ use crate::wire::encap::{self, IpipEncap, OuterHeader, VxlanEncap};
 use crate::wire::ethernet::{self, EtherType, EthernetRepr, MacAddr};
 use crate::wire::icmpv4::Icmpv4Error;
 use crate::wire::ip::IpProtocol;
-use crate::wire::{ipv4, udp, vxlan};
+use crate::wire::{checksum, ipv4, udp, vxlan};
 
 /// The facts of an IPv4 header the pipeline uses, read once.
 #[derive(Clone, Copy, Debug)]
@@ -80,6 +80,47 @@ fn flow_hash(buf: &[u8], m: &V4) -> u32 {
     h ^ (h >> 15)
 }
 
+/// Finishes a TCP or UDP checksum that a pod left to offload.
+///
+/// A pod's kernel with TX checksum offload on (the veth default) sends TCP
+/// and UDP as CHECKSUM_PARTIAL: the checksum field holds only the folded
+/// pseudo-header sum, and whoever transmits the skb finishes it. A frame that
+/// AF_XDP takes from the host end of the veth never gets that fix-up, so the
+/// vrouter does it: when the field equals the pseudo-header sum, the full
+/// checksum is computed. The test costs one pseudo-header sum per packet;
+/// a complete checksum that happens to equal the pseudo-header sum is
+/// recomputed to the same value, so it can never corrupt a packet.
+fn complete_partial_l4_checksum(buf: &mut [u8], m: &V4) {
+    let (field, min_len) = match m.proto {
+        IpProtocol::Tcp => (16, 20),
+        IpProtocol::Udp => (6, 8),
+        _ => return,
+    };
+    if m.fragment {
+        return;
+    }
+    let Some(segment) = buf.get_mut(m.l3 + m.ihl..m.l3 + m.len) else {
+        return;
+    };
+    let Ok(len) = u16::try_from(segment.len()) else {
+        return;
+    };
+    if segment.len() < min_len {
+        return;
+    }
+    let pseudo = checksum::pseudo_header_v4(m.src, m.dst, m.proto, len);
+    if u16::from_be_bytes([segment[field], segment[field + 1]]) != pseudo {
+        return;
+    }
+    segment[field..field + 2].copy_from_slice(&[0, 0]);
+    let mut sum = checksum::result(checksum::combine(&[pseudo, checksum::data(segment)]));
+    if m.proto == IpProtocol::Udp && sum == 0 {
+        // RFC 768: a computed zero is sent as all ones (zero means "none").
+        sum = 0xffff;
+    }
+    segment[field..field + 2].copy_from_slice(&sum.to_be_bytes());
+}
+
 impl Pipeline {
     /// An IPv4 frame whose header starts at `l3`, received on `ingress`.
     pub(super) fn ipv4(
@@ -113,6 +154,7 @@ impl Pipeline {
                 if !owned {
                     return Verdict::Drop(DropReason::Spoofed);
                 }
+                complete_partial_l4_checksum(buf, &m);
             }
             PortKind::Uplink | PortKind::Host => {}
         }
