@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 pub mod calico;
+pub mod control;
 pub mod forwarder;
 pub mod frame;
 pub mod plot;

@@ -29,6 +29,8 @@ enum Command {
     /// Check the harness itself on real veths: exact counts, detected loss,
     /// sane latency.
     Selftest,
+    /// Measure the control path: CNI ADD/DEL latency, BGP route learning.
+    Control(brindle_perf::control::ControlArgs),
 }
 
 #[derive(Parser)]
@@ -96,6 +98,7 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Run(args) => run(*args),
         Command::Selftest => selftest_command(),
+        Command::Control(args) => brindle_perf::control::run(args),
     }
 }
 
