@@ -105,12 +105,16 @@ pub struct DatastoreConfig {
     pub path: PathBuf,
     /// etcd endpoints.
     pub endpoints: Vec<String>,
-    /// etcd TLS CA (not supported yet by the ipam crate's client).
-    pub ca_file: String,
-    /// etcd client certificate.
-    pub cert_file: String,
-    /// etcd client key.
-    pub key_file: String,
+    /// PEM CA bundle that signs the etcd servers' certificates (Calico's
+    /// etcdCACertFile); set, `https://` endpoints are verified against it.
+    #[serde(alias = "ca_file")]
+    pub etcd_ca_file: String,
+    /// PEM client certificate for etcd's client auth (etcdCertFile).
+    #[serde(alias = "cert_file")]
+    pub etcd_cert_file: String,
+    /// PEM key of that certificate (etcdKeyFile).
+    #[serde(alias = "key_file")]
+    pub etcd_key_file: String,
     /// Key prefix.
     pub prefix: String,
 }
@@ -133,8 +137,58 @@ pub struct BgpConfig {
     pub cluster_id: String,
     /// Seconds after which a node that stopped heartbeating is dead.
     pub node_lease_secs: u64,
+    /// Service cluster IP ranges announced to every peer from every node
+    /// (Calico's BGPConfiguration serviceClusterIPs): CIDRs.
+    pub service_cluster_ips: Vec<String>,
+    /// Service external IP ranges announced to every peer
+    /// (serviceExternalIPs): CIDRs.
+    pub service_external_ips: Vec<String>,
+    /// LoadBalancer IP ranges announced to every peer
+    /// (serviceLoadBalancerIPs): CIDRs.
+    pub service_loadbalancer_ips: Vec<String>,
+    /// Record the BGP speaker's inputs (received messages, timer events) as
+    /// JSON lines to this file, for replay (`brindle_ctrl::bgp::record`);
+    /// empty: no recording.
+    pub record_file: String,
     /// Explicit peers (a top-of-rack router, reflectors).
     pub peers: Vec<ExplicitPeer>,
+}
+
+impl BgpConfig {
+    /// The service prefixes of the three keys, each a CIDR without host
+    /// bits; an error names the key and the entry.
+    pub fn service_prefixes(&self) -> Result<std::collections::BTreeSet<IpNet>, ConfigError> {
+        let mut out = std::collections::BTreeSet::new();
+        for (key, list) in [
+            ("bgp.service_cluster_ips", &self.service_cluster_ips),
+            ("bgp.service_external_ips", &self.service_external_ips),
+            (
+                "bgp.service_loadbalancer_ips",
+                &self.service_loadbalancer_ips,
+            ),
+        ] {
+            for entry in list {
+                let net: IpNet = entry
+                    .parse()
+                    .map_err(|_| ConfigError::Invalid(format!("{key} {entry:?}: not a CIDR")))?;
+                if net.trunc() != net {
+                    return Err(ConfigError::Invalid(format!(
+                        "{key} {entry:?}: host bits set (the network is {})",
+                        net.trunc()
+                    )));
+                }
+                if net.addr().is_ipv6() {
+                    // The daemon's sessions are IPv4 and it has no IPv6
+                    // next hop of its own to announce IPv6 prefixes with.
+                    return Err(ConfigError::Invalid(format!(
+                        "{key} {entry:?}: IPv6 service prefixes are not supported yet"
+                    )));
+                }
+                out.insert(net);
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// `[[bgp.peers]]`.
@@ -223,9 +277,9 @@ impl Default for DatastoreConfig {
             kind: "embedded".into(),
             path: "/var/lib/brindle".into(),
             endpoints: Vec::new(),
-            ca_file: String::new(),
-            cert_file: String::new(),
-            key_file: String::new(),
+            etcd_ca_file: String::new(),
+            etcd_cert_file: String::new(),
+            etcd_key_file: String::new(),
             prefix: "/brindle/".into(),
         }
     }
@@ -241,6 +295,10 @@ impl Default for BgpConfig {
             route_reflector: false,
             cluster_id: String::new(),
             node_lease_secs: 30,
+            service_cluster_ips: Vec::new(),
+            service_external_ips: Vec::new(),
+            service_loadbalancer_ips: Vec::new(),
+            record_file: String::new(),
             peers: Vec::new(),
         }
     }
@@ -275,6 +333,9 @@ pub struct Validated {
     pub underlay_subnet: Option<IpNet>,
     /// Cluster ID, if configured.
     pub cluster_id: Option<Ipv4Addr>,
+    /// Service cluster, external and load-balancer prefixes, announced by
+    /// this node (deduplicated, sorted).
+    pub service_prefixes: std::collections::BTreeSet<IpNet>,
 }
 
 const ENCAPSULATIONS: [&str; 5] = [
@@ -527,6 +588,25 @@ impl Config {
                 ))
             })?)
         };
+        let service_prefixes = self.bgp.service_prefixes()?;
+        if self.datastore.kind == "etcd" {
+            let tls = [
+                ("datastore.etcd_ca_file", &self.datastore.etcd_ca_file),
+                ("datastore.etcd_cert_file", &self.datastore.etcd_cert_file),
+                ("datastore.etcd_key_file", &self.datastore.etcd_key_file),
+            ];
+            for (key, path) in tls {
+                if !path.is_empty() && !std::path::Path::new(path).is_file() {
+                    return bad(format!("{key} {path:?}: no such file"));
+                }
+            }
+            if self.datastore.etcd_cert_file.is_empty() != self.datastore.etcd_key_file.is_empty() {
+                return bad(
+                    "datastore.etcd_cert_file and datastore.etcd_key_file: set both or neither"
+                        .into(),
+                );
+            }
+        }
         Ok(Validated {
             node_name,
             node_address,
@@ -535,6 +615,7 @@ impl Config {
             default_pool,
             underlay_subnet,
             cluster_id,
+            service_prefixes,
         })
     }
 }
@@ -794,5 +875,57 @@ mod tests {
         assert_eq!(c.bgp.peers.len(), 1);
         assert_eq!(c.bgp.peers[0].as_number, 65001);
         assert_eq!(c.bgp.peers[0].password.as_deref(), Some("s"));
+    }
+
+    #[test]
+    fn service_prefixes_are_cidrs_from_the_three_keys_with_errors_naming_the_key() {
+        let c = load(
+            "node_name = \"n1\"\nnode_address = \"192.168.0.11\"\n[bgp]\n\
+             service_cluster_ips = [\"10.96.0.0/12\"]\n\
+             service_loadbalancer_ips = [\"192.0.2.0/28\", \"10.96.0.0/12\"]\n",
+            &[("BRINDLE_BGP_SERVICE_EXTERNAL_IPS", "198.51.100.0/24")],
+            &[],
+        )
+        .unwrap();
+        let v = c.validate().unwrap();
+        let got: Vec<String> = v.service_prefixes.iter().map(|p| p.to_string()).collect();
+        assert_eq!(got, ["10.96.0.0/12", "192.0.2.0/28", "198.51.100.0/24"]);
+
+        let mut c = good();
+        c.bgp.service_external_ips = vec!["10.1.2.3/16".into()];
+        assert_eq!(
+            error_of(c),
+            "invalid configuration: bgp.service_external_ips \"10.1.2.3/16\": host bits set (the network is 10.1.0.0/16)"
+        );
+        let mut c = good();
+        c.bgp.service_cluster_ips = vec!["ten".into()];
+        assert_eq!(
+            error_of(c),
+            "invalid configuration: bgp.service_cluster_ips \"ten\": not a CIDR"
+        );
+    }
+
+    #[test]
+    fn etcd_tls_files_must_exist_and_cert_and_key_come_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = dir.path().join("x.pem");
+        std::fs::write(&pem, "x").unwrap();
+        let pem = pem.to_str().unwrap().to_owned();
+        let mut c = good();
+        c.datastore.kind = "etcd".into();
+        c.datastore.endpoints = vec!["https://127.0.0.1:2379".into()];
+        c.datastore.etcd_ca_file = "/nonexistent/ca.pem".into();
+        assert_eq!(
+            error_of(c.clone()),
+            "invalid configuration: datastore.etcd_ca_file \"/nonexistent/ca.pem\": no such file"
+        );
+        c.datastore.etcd_ca_file = pem.clone();
+        c.datastore.etcd_cert_file = pem.clone();
+        assert!(error_of(c.clone()).contains("set both or neither"));
+        c.datastore.etcd_key_file = pem;
+        c.validate().unwrap();
+        // The old key names are still read.
+        let old = load("[datastore]\nca_file = \"/a\"\n", &[], &[]).unwrap();
+        assert_eq!(old.datastore.etcd_ca_file, "/a");
     }
 }

@@ -39,6 +39,9 @@ pub struct NodeStatus {
     pub endpoints: usize,
     /// Blocks announced over BGP.
     pub announced_blocks: Vec<IpNet>,
+    /// Service prefixes announced over BGP (`bgp.service_*_ips`).
+    #[serde(default)]
+    pub announced_services: Vec<IpNet>,
     /// Every registered node, with whether its lease holds.
     pub nodes: Vec<NodeView>,
 }

@@ -36,6 +36,8 @@ use crate::config::{Config, Validated};
 use crate::ctrl_api::{CtrlRequest, NodeStatus, NodeView};
 use crate::endpoints::{EndpointHandler, EndpointStore};
 use crate::metrics::{self, Metrics, StateLabel};
+use crate::neighbors;
+use crate::programming::Work;
 use crate::programming::dataplane::SocketDataplane;
 use crate::programming::executor::Executor;
 use crate::registry::{NodeRecord, Registry, Role, WantedPeer, mesh_peers, now_ms, wanted_peers};
@@ -83,6 +85,8 @@ struct LoopState {
     own_blackholes: BTreeSet<IpNet>,
     /// The tunnel peers last sent in `SetNode`.
     tunnel_peers: Vec<Ipv4Addr>,
+    /// Service prefixes we announce.
+    services: BTreeSet<IpNet>,
 }
 
 /// The learned best routes and what routing them depends on.
@@ -109,6 +113,7 @@ fn read_pools(
 #[derive(Default)]
 struct Shared {
     announced: BTreeSet<IpNet>,
+    services: BTreeSet<IpNet>,
     nodes: Vec<NodeRecord>,
 }
 
@@ -164,6 +169,7 @@ impl CtrlOps for Ctrl {
                     vrouter_reachable: self.vrouter_reachable.load(Ordering::Relaxed),
                     endpoints: self.endpoints.list(None).map(|l| l.len()).unwrap_or(0),
                     announced_blocks: shared.announced.iter().copied().collect(),
+                    announced_services: shared.services.iter().copied().collect(),
                     nodes: shared
                         .nodes
                         .iter()
@@ -221,8 +227,22 @@ fn bootstrap_ipam(
     Ok(())
 }
 
-/// Runs the daemon until SIGINT or SIGTERM.
+/// Re-reads the configuration (file, variables, flags) on SIGHUP.
+pub type Reload = Box<dyn Fn() -> Result<Config, crate::config::ConfigError> + Send>;
+
+/// Runs the daemon until SIGINT or SIGTERM, without reloading on SIGHUP.
 pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
+    run_with_reload(config, v, None)
+}
+
+/// Runs the daemon until SIGINT or SIGTERM. On SIGHUP `reload` gives the
+/// new configuration: the service prefixes take effect (announced,
+/// withdrawn), other changes are logged as needing a restart.
+pub fn run_with_reload(
+    config: Config,
+    v: Validated,
+    reload: Option<Reload>,
+) -> Result<(), DaemonError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -241,7 +261,22 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
     let registry = Registry::new(store.clone(), &config.datastore.prefix);
 
     // The executor thread.
-    let (program_tx, program_rx) = mpsc::channel::<Vec<VrouterRequest>>();
+    let (program_tx, program_rx) = mpsc::channel::<Work>();
+    // The endpoint handler speaks plain request batches; forwarded in order.
+    let (endpoint_tx, endpoint_rx) = mpsc::channel::<Vec<VrouterRequest>>();
+    {
+        let tx = program_tx.clone();
+        std::thread::Builder::new()
+            .name("endpoint-prog".into())
+            .spawn(move || {
+                for batch in endpoint_rx {
+                    if tx.send(Work::Apply(batch)).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| start_err("starting the executor")(e.to_string()))?;
+    }
     let mut executor = Executor::new(
         SocketDataplane::new(&config.vrouter.socket, Duration::from_secs(10)),
         Some(metrics.clone()),
@@ -250,11 +285,11 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
     let endpoint_store = EndpointStore::new(store.clone(), &config.datastore.prefix, &v.node_name);
     let endpoints = Arc::new(EndpointHandler {
         store: endpoint_store.clone(),
-        programming: program_tx.clone(),
+        programming: endpoint_tx,
         vrouter_reachable: vrouter_reachable.clone(),
         metrics: Some(metrics.clone()),
     });
-    let _ = program_tx.send(vec![
+    let _ = program_tx.send(Work::Apply(vec![
         VrouterRequest::SetNode {
             node: node_config(&v, Vec::new()),
         },
@@ -267,7 +302,7 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
                 endpoint: None,
             }],
         },
-    ]);
+    ]));
     let restored = endpoints
         .restore()
         .map_err(|e| start_err("reading endpoints")(e.to_string()))?;
@@ -279,11 +314,20 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
             let _e = exec_span.enter();
             loop {
                 match program_rx.recv_timeout(Duration::from_secs(1)) {
-                    Ok(mut batch) => {
+                    Ok(first) => {
+                        // Merge what is queued: consecutive request batches
+                        // go out together, neighbour changes in order.
+                        let mut pending = first;
                         while let Ok(more) = program_rx.try_recv() {
-                            batch.extend(more);
+                            match (&mut pending, more) {
+                                (Work::Apply(a), Work::Apply(b)) => a.extend(b),
+                                (Work::Neighbors(a), Work::Neighbors(b)) => a.extend(b),
+                                (_, other) => {
+                                    executor.work(std::mem::replace(&mut pending, other));
+                                }
+                            }
                         }
-                        executor.submit(batch);
+                        executor.work(pending);
                     }
                     Err(mpsc::RecvTimeoutError::Timeout) => executor.reconcile(),
                     Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -340,7 +384,11 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
                     }
                     // Sent under the lock so a re-evaluation after a pool
                     // change cannot overtake it.
-                    let _ = tx.send(vec![request_for(&change, &l.pools, &l.underlay)]);
+                    let _ = tx.send(Work::Apply(vec![request_for(
+                        &change,
+                        &l.pools,
+                        &l.underlay,
+                    )]));
                 }
             }
             .instrument(tracing::Span::current()),
@@ -390,6 +438,44 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
         .map_err(|e| start_err("starting the API")(e.to_string()))?;
     info!(socket = %config.api.socket.display(), bgp_port = config.bgp.listen_port, "brindle-ctrl running");
 
+    // The uplink's neighbours from the kernel, as programming.
+    {
+        let tx = program_tx.clone();
+        let uplink = v.uplink.clone();
+        rt.spawn(
+            async move {
+                let (ntx, mut nrx) = tokio::sync::mpsc::unbounded_channel();
+                let watcher = tokio::spawn(neighbors::watch(uplink, ntx));
+                while let Some(changes) = nrx.recv().await {
+                    if tx.send(Work::Neighbors(changes)).is_err() {
+                        break;
+                    }
+                }
+                if let Ok(Err(e)) = watcher.await {
+                    warn!(error = %e, "not following the uplink's neighbours");
+                }
+            }
+            .instrument(tracing::Span::current()),
+        );
+    }
+
+    // Reload on SIGHUP.
+    let hup = Arc::new(AtomicBool::new(false));
+    {
+        let hup = hup.clone();
+        rt.spawn(async move {
+            let Ok(mut sig) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            else {
+                return;
+            };
+            while sig.recv().await.is_some() {
+                hup.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+    let mut services = v.service_prefixes.clone();
+
     // Shutdown on a signal.
     let stop = Arc::new(AtomicBool::new(false));
     {
@@ -411,6 +497,33 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
     // The control loop.
     let mut state = LoopState::default();
     while !stop.load(Ordering::Relaxed) {
+        if hup.swap(false, Ordering::Relaxed) {
+            match &reload {
+                Some(reload) => match reload().and_then(|c| c.validate().map(|nv| (c, nv))) {
+                    Ok((c, nv)) => {
+                        info!(services = ?nv.service_prefixes, "configuration reloaded");
+                        services = nv.service_prefixes.clone();
+                        let mut same = c.clone();
+                        same.bgp
+                            .service_cluster_ips
+                            .clone_from(&config.bgp.service_cluster_ips);
+                        same.bgp
+                            .service_external_ips
+                            .clone_from(&config.bgp.service_external_ips);
+                        same.bgp
+                            .service_loadbalancer_ips
+                            .clone_from(&config.bgp.service_loadbalancer_ips);
+                        if same != config {
+                            warn!(
+                                "configuration changes other than the service prefixes take effect at the next start"
+                            );
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "reload failed: keeping the running configuration"),
+                },
+                None => info!("SIGHUP: no configuration source to reload"),
+            }
+        }
         control_step(
             &rt,
             &config,
@@ -422,6 +535,7 @@ pub fn run(config: Config, v: Validated) -> Result<(), DaemonError> {
             &shared,
             &mut state,
             &program_tx,
+            &services,
             &metrics,
             &ready,
             &vrouter_reachable,
@@ -459,7 +573,8 @@ fn control_step(
     learned: &Mutex<Learned>,
     shared: &Mutex<Shared>,
     state: &mut LoopState,
-    program_tx: &mpsc::Sender<Vec<VrouterRequest>>,
+    program_tx: &mpsc::Sender<Work>,
+    services: &BTreeSet<IpNet>,
     metrics: &Metrics,
     ready: &AtomicBool,
     vrouter_reachable: &AtomicBool,
@@ -487,7 +602,8 @@ fn control_step(
                         routes = routes.len(),
                         "pools changed: re-routing learned prefixes"
                     );
-                    let _ = program_tx.send(vec![VrouterRequest::AddRoutes { routes }]);
+                    let _ =
+                        program_tx.send(Work::Apply(vec![VrouterRequest::AddRoutes { routes }]));
                 }
             }
         }
@@ -531,7 +647,7 @@ fn control_step(
         }
         let (add_bh, del_bh) = block_diff(&state.own_blackholes, affine);
         if !add_bh.is_empty() {
-            let _ = program_tx.send(vec![VrouterRequest::AddRoutes {
+            let _ = program_tx.send(Work::Apply(vec![VrouterRequest::AddRoutes {
                 routes: add_bh
                     .iter()
                     .map(|b| Route {
@@ -539,14 +655,35 @@ fn control_step(
                         target: RouteTarget::Blackhole,
                     })
                     .collect(),
-            }]);
+            }]));
         }
         if !del_bh.is_empty() {
-            let _ = program_tx.send(vec![VrouterRequest::RemoveRoutes { prefixes: del_bh }]);
+            let _ = program_tx.send(Work::Apply(vec![VrouterRequest::RemoveRoutes {
+                prefixes: del_bh,
+            }]));
         }
         state.own_blackholes.clone_from(affine);
         shared_guard.announced.clone_from(affine);
     }
+
+    // Service prefixes (cluster, external, load-balancer IPs): announced
+    // from every node with its address as next hop, like Calico's
+    // BGPConfiguration; withdrawn when a reload drops them.
+    let (announce, withdraw) = block_diff(&state.services, services);
+    for p in &announce {
+        info!(prefix = %p, "announcing a service prefix");
+        if let Err(e) = speaker.announce(*p, IpAddr::V4(v.node_address)) {
+            warn!(prefix = %p, error = %e, "announce failed");
+        }
+    }
+    for p in &withdraw {
+        info!(prefix = %p, "withdrawing a service prefix");
+        if let Err(e) = speaker.withdraw(*p) {
+            warn!(prefix = %p, error = %e, "withdraw failed");
+        }
+    }
+    state.services.clone_from(services);
+    shared_guard.services.clone_from(services);
 
     // Heartbeat and the mesh.
     let record = NodeRecord {
@@ -623,9 +760,9 @@ fn control_step(
                 .collect();
             if tunnel_peers != state.tunnel_peers {
                 info!(?tunnel_peers, "tunnel peers changed");
-                let _ = program_tx.send(vec![VrouterRequest::SetNode {
+                let _ = program_tx.send(Work::Apply(vec![VrouterRequest::SetNode {
                     node: node_config(v, tunnel_peers.clone()),
-                }]);
+                }]));
                 state.tunnel_peers = tunnel_peers;
             }
             shared_guard.nodes = nodes;

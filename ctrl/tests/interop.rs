@@ -13,7 +13,7 @@ use anyhow::{Result, bail};
 use brindle_ctrl::bgp::fsm::State;
 use brindle_ctrl::bgp::rib::{RouteChange, RouteEntry, Source};
 use brindle_ctrl::bgp::speaker::*;
-use common::netns::*;
+use common::*;
 use ipnet::IpNet;
 
 fn ip(s: &str) -> IpAddr {
@@ -106,14 +106,17 @@ impl Bird {
         let conf = dir.path().join("bird.conf");
         let socket = dir.path().join("bird.ctl");
         std::fs::write(&conf, config)?;
-        let daemon = ns.spawn(&[
-            "bird",
-            "-f",
-            "-c",
-            conf.to_str().unwrap(),
-            "-s",
-            socket.to_str().unwrap(),
-        ])?;
+        let daemon = spawn(
+            ns,
+            &[
+                "bird",
+                "-f",
+                "-c",
+                conf.to_str().unwrap(),
+                "-s",
+                socket.to_str().unwrap(),
+            ],
+        )?;
         Ok(Bird {
             _daemon: daemon,
             socket,
@@ -150,9 +153,8 @@ fn bird_bgp(
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn exchanges_routes_with_bird_both_ways_and_withdraws_on_shutdown() -> Result<()> {
-    let t = tag();
-    let ours = Netns::new(format!("bgpt-{t}-us"))?;
-    let bird_ns = Netns::new(format!("bgpt-{t}-bird"))?;
+    let ours = Netns::new("bus")?;
+    let bird_ns = Netns::new("bbir")?;
     link(&ours, "10.0.0.2/24", &bird_ns, "10.0.0.1/24")?;
     let bird = Bird::start(
         &bird_ns,
@@ -213,9 +215,8 @@ fn exchanges_routes_with_bird_both_ways_and_withdraws_on_shutdown() -> Result<()
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn md5_protected_session_with_bird_comes_up_only_with_the_right_password() -> Result<()> {
-    let t = tag();
-    let ours = Netns::new(format!("bgpt-{t}-us"))?;
-    let bird_ns = Netns::new(format!("bgpt-{t}-bird"))?;
+    let ours = Netns::new("bus")?;
+    let bird_ns = Netns::new("bbir")?;
     link(&ours, "10.0.0.2/24", &bird_ns, "10.0.0.1/24")?;
     let bird = Bird::start(
         &bird_ns,
@@ -261,9 +262,8 @@ fn md5_protected_session_with_bird_comes_up_only_with_the_right_password() -> Re
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn route_reflector_clients_of_bird_learn_each_others_routes() -> Result<()> {
-    let t = tag();
-    let ours = Netns::new(format!("bgpt-{t}-us"))?;
-    let bird_ns = Netns::new(format!("bgpt-{t}-rr"))?;
+    let ours = Netns::new("bus")?;
+    let bird_ns = Netns::new("brr")?;
     let dev = link(&ours, "10.0.0.2/24", &bird_ns, "10.0.0.1/24")?;
     ours.ip(&["addr", "add", "10.0.0.3/24", "dev", &dev])?;
     let rr = "direct;\n rr client;\n rr cluster id 1.1.1.1;";
@@ -331,9 +331,8 @@ impl Gobgp {
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn exchanges_ipv4_and_ipv6_routes_with_gobgp_and_withdraws_on_shutdown() -> Result<()> {
-    let t = tag();
-    let ours = Netns::new(format!("bgpt-{t}-us"))?;
-    let g_ns = Netns::new(format!("bgpt-{t}-gobgp"))?;
+    let ours = Netns::new("bus")?;
+    let g_ns = Netns::new("bgob")?;
     link(&ours, "10.0.0.2/24", &g_ns, "10.0.0.1/24")?;
     let dir = tempfile::tempdir()?;
     let conf = dir.path().join("gobgpd.toml");
@@ -346,14 +345,17 @@ fn exchanges_ipv4_and_ipv6_routes_with_gobgp_and_withdraws_on_shutdown() -> Resu
          [[neighbors.afi-safis]]\n  [neighbors.afi-safis.config]\n    afi-safi-name = \"ipv6-unicast\"\n",
     )?;
     let gobgp = Gobgp {
-        _daemon: g_ns.spawn(&[
-            "gobgpd",
-            "-f",
-            conf.to_str().unwrap(),
-            "--api-hosts",
-            "127.0.0.1:50051",
-            "--pprof-disable",
-        ])?,
+        _daemon: spawn(
+            &g_ns,
+            &[
+                "gobgpd",
+                "-f",
+                conf.to_str().unwrap(),
+                "--api-hosts",
+                "127.0.0.1:50051",
+                "--pprof-disable",
+            ],
+        )?,
         _dir: dir,
     };
     let mut cfg = speaker_config(65002, "10.0.0.2");
@@ -427,14 +429,13 @@ fn exchanges_ipv4_and_ipv6_routes_with_gobgp_and_withdraws_on_shutdown() -> Resu
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn three_speakers_in_a_full_mesh_each_learn_the_other_two_blocks() -> Result<()> {
-    let t = tag();
-    let hub = Netns::new(format!("bgpt-{t}-hub"))?;
+    let hub = Netns::new("bhub")?;
     hub.ip(&["link", "add", "br0", "type", "bridge"])?;
     hub.ip(&["link", "set", "br0", "up"])?;
     let mut nodes = Vec::new();
     for i in 1..=3u8 {
-        let ns = Netns::new(format!("bgpt-{t}-n{i}"))?;
-        let (a, b) = (format!("vn{t}{i}"), format!("vh{t}{i}"));
+        let ns = Netns::new(&format!("bn{i}"))?;
+        let (a, b) = (unique("vn"), unique("vh"));
         run(&[
             "ip", "link", "add", &a, "netns", &ns.name, "type", "veth", "peer", "name", &b,
             "netns", &hub.name,
@@ -497,9 +498,8 @@ fn three_speakers_in_a_full_mesh_each_learn_the_other_two_blocks() -> Result<()>
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn routes_of_a_killed_bird_with_graceful_restart_are_held_until_it_is_back() -> Result<()> {
-    let t = tag();
-    let ours = Netns::new(format!("bgpt-{t}-us"))?;
-    let bird_ns = Netns::new(format!("bgpt-{t}-bird"))?;
+    let ours = Netns::new("bus")?;
+    let bird_ns = Netns::new("bbir")?;
     link(&ours, "10.0.0.2/24", &bird_ns, "10.0.0.1/24")?;
     let config = bird_config(
         "10.0.0.1",

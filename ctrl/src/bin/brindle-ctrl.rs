@@ -38,5 +38,9 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    brindle_ctrl::daemon::run(config, validated).context("brindle-ctrl")
+    // SIGHUP reads the same sources again (the variables as they were at
+    // start: a running process's environment does not change).
+    let reload: brindle_ctrl::daemon::Reload =
+        Box::new(move || Config::load(config_path.as_deref(), &env, &args));
+    brindle_ctrl::daemon::run_with_reload(config, validated, Some(reload)).context("brindle-ctrl")
 }

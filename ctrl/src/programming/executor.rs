@@ -4,12 +4,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use brindle_api::vrouter::VrouterRequest;
+use brindle_api::vrouter::{Neighbor, VrouterRequest};
 use tracing::{debug, info, warn};
 
+use super::Work;
 use super::dataplane::Dataplane;
 use super::desired::Desired;
 use crate::metrics::Metrics;
+use crate::neighbors::NeighborChange;
 
 /// Applies requests to a [`Dataplane`], keeping the desired state, and
 /// resyncs when the vrouter was unreachable or restarted.
@@ -75,6 +77,45 @@ impl<D: Dataplane> Executor<D> {
                     return;
                 }
             }
+        }
+    }
+
+    /// Applies a queue item.
+    pub fn work(&mut self, work: Work) {
+        match work {
+            Work::Apply(reqs) => self.submit(reqs),
+            Work::Neighbors(changes) => self.neighbors(changes),
+        }
+    }
+
+    /// Applies kernel neighbour changes: new or changed MACs go out as one
+    /// `SetNeighbors`; a removal takes the entry out of the desired state
+    /// and, because the vrouter protocol has no removal op for neighbours,
+    /// converges the vrouter with a `Sync` (removals are rare: a node that
+    /// left, an entry the kernel failed to resolve).
+    pub fn neighbors(&mut self, changes: Vec<NeighborChange>) {
+        let mut set: Vec<Neighbor> = Vec::new();
+        let mut removed = false;
+        for c in changes {
+            match c {
+                NeighborChange::Set(n) => {
+                    if self.desired.neighbors.get(&(n.port.clone(), n.ip)) != Some(&n) {
+                        set.retain(|s| (s.port.as_str(), s.ip) != (n.port.as_str(), n.ip));
+                        set.push(n);
+                    }
+                }
+                NeighborChange::Removed { port, ip } => {
+                    set.retain(|s| (s.port.as_str(), s.ip) != (port.as_str(), ip));
+                    removed |= self.desired.neighbors.remove(&(port, ip)).is_some();
+                }
+            }
+        }
+        if !set.is_empty() {
+            self.submit(vec![VrouterRequest::SetNeighbors { neighbors: set }]);
+        }
+        if removed {
+            self.in_sync = false;
+            self.reconcile();
         }
     }
 
@@ -145,6 +186,7 @@ mod tests {
     };
 
     use super::*;
+    use crate::neighbors::NeighborChange;
     use crate::programming::dataplane::RecordingDataplane;
     use crate::programming::desired::tests::endpoint;
     use crate::programming::desired::{endpoint_added, endpoint_removed};
@@ -342,5 +384,71 @@ mod tests {
         };
         assert_eq!(state.routes, vec![local("10.244.0.5/32", "bri1")]);
         assert_eq!(reqs.len(), 2);
+    }
+
+    fn neighbor(ip: &str, last: u8) -> brindle_api::vrouter::Neighbor {
+        brindle_api::vrouter::Neighbor {
+            port: "eth0".into(),
+            ip: ip.parse().unwrap(),
+            mac: Mac([2, 0, 0, 0, 0, last]),
+        }
+    }
+
+    #[test]
+    fn kernel_neighbours_are_sent_as_one_set_neighbors_and_unchanged_ones_not_again() {
+        let (mut ex, fake) = synced();
+        ex.neighbors(vec![
+            NeighborChange::Set(neighbor("10.0.0.1", 1)),
+            NeighborChange::Set(neighbor("10.0.0.3", 3)),
+        ]);
+        assert_eq!(
+            fake.take(),
+            vec![VrouterRequest::SetNeighbors {
+                neighbors: vec![neighbor("10.0.0.1", 1), neighbor("10.0.0.3", 3)]
+            }]
+        );
+        // The same entry again (a REACHABLE -> STALE transition) sends
+        // nothing; a new MAC replaces it.
+        ex.neighbors(vec![NeighborChange::Set(neighbor("10.0.0.1", 1))]);
+        assert!(fake.take().is_empty());
+        ex.neighbors(vec![NeighborChange::Set(neighbor("10.0.0.1", 9))]);
+        assert_eq!(
+            fake.take(),
+            vec![VrouterRequest::SetNeighbors {
+                neighbors: vec![neighbor("10.0.0.1", 9)]
+            }]
+        );
+    }
+
+    #[test]
+    fn a_removed_neighbour_is_dropped_from_the_desired_state_by_a_sync() {
+        let (mut ex, fake) = synced();
+        ex.neighbors(vec![
+            NeighborChange::Set(neighbor("10.0.0.1", 1)),
+            NeighborChange::Set(neighbor("10.0.0.3", 3)),
+        ]);
+        fake.take();
+        ex.neighbors(vec![NeighborChange::Removed {
+            port: "eth0".into(),
+            ip: "10.0.0.1".parse().unwrap(),
+        }]);
+        assert_eq!(
+            fake.take(),
+            vec![
+                hello(),
+                VrouterRequest::Sync {
+                    state: DesiredState {
+                        neighbors: vec![neighbor("10.0.0.3", 3)],
+                        ..DesiredState::default()
+                    }
+                }
+            ]
+        );
+        // Removing what was never there costs nothing.
+        ex.neighbors(vec![NeighborChange::Removed {
+            port: "eth0".into(),
+            ip: "10.0.0.7".parse().unwrap(),
+        }]);
+        assert!(fake.take().is_empty());
     }
 }

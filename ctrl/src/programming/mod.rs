@@ -16,3 +16,23 @@
 pub mod dataplane;
 pub mod desired;
 pub mod executor;
+
+use brindle_api::vrouter::VrouterRequest;
+
+use crate::neighbors::NeighborChange;
+
+/// One item of the executor's queue.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Work {
+    /// Requests to record and send.
+    Apply(Vec<VrouterRequest>),
+    /// Underlay neighbour changes from the kernel
+    /// ([`executor::Executor::neighbors`]).
+    Neighbors(Vec<NeighborChange>),
+}
+
+impl From<Vec<VrouterRequest>> for Work {
+    fn from(reqs: Vec<VrouterRequest>) -> Self {
+        Work::Apply(reqs)
+    }
+}
