@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use brindle_api::framing::{self, PROTOCOL_VERSION, Reply};
 use brindle_api::vrouter::{Changed, Hello, VrouterRequest};
+use brindle_ctrl::programming::desired::Desired;
 use serde_json::Value;
 
 /// A fake vrouter on a Unix socket: answers Hello with its boot ID and
@@ -25,11 +26,23 @@ pub struct FakeVrouter {
 }
 
 impl FakeVrouter {
+    /// A fake whose `DumpRoutes` is always empty.
     pub fn start(path: &Path, boot_id: &str) -> FakeVrouter {
+        Self::start_with(path, boot_id, false)
+    }
+
+    /// A fake that applies the changes it receives (as the desired state)
+    /// and answers `DumpRoutes` with the routes they leave.
+    pub fn start_stateful(path: &Path, boot_id: &str) -> FakeVrouter {
+        Self::start_with(path, boot_id, true)
+    }
+
+    fn start_with(path: &Path, boot_id: &str, stateful: bool) -> FakeVrouter {
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path).unwrap();
         listener.set_nonblocking(true).unwrap();
         let requests: Arc<Mutex<Vec<VrouterRequest>>> = Arc::default();
+        let state: Arc<Mutex<Desired>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let (rec, st, boot) = (requests.clone(), stop.clone(), boot_id.to_owned());
         std::thread::spawn(move || {
@@ -39,7 +52,7 @@ impl FakeVrouter {
                     continue;
                 };
                 stream.set_nonblocking(false).unwrap();
-                let (rec, boot) = (rec.clone(), boot.clone());
+                let (rec, boot, state) = (rec.clone(), boot.clone(), state.clone());
                 std::thread::spawn(move || {
                     let mut r = BufReader::new(stream.try_clone().unwrap());
                     let mut w = stream;
@@ -51,10 +64,15 @@ impl FakeVrouter {
                                     boot_id: boot.clone(),
                                 })
                                 .unwrap(),
+                                VrouterRequest::DumpRoutes if stateful => {
+                                    serde_json::to_value(state.lock().unwrap().to_sync().routes)
+                                        .unwrap()
+                                }
                                 VrouterRequest::DumpRoutes => Value::Array(vec![]),
                                 _ => serde_json::to_value(Changed { changed: 1 }).unwrap(),
                             },
                         };
+                        state.lock().unwrap().apply(&req);
                         rec.lock().unwrap().push(req);
                         if framing::write_message(&mut w, &reply).is_err() {
                             break;
@@ -93,12 +111,31 @@ impl Daemon {
     /// Starts the daemon with `env` (BRINDLE_* variables) and waits until
     /// its API socket answers.
     pub fn start(env: &[(String, String)], socket: &Path, log: &Path) -> Daemon {
+        Self::start_in(None, env, socket, log)
+    }
+
+    /// [`Daemon::start`] inside the network namespace `netns` (`ip netns
+    /// exec` execs the daemon, so the child is the daemon itself and
+    /// signals reach it). A `BRINDLE_CONFIG` in `env` replaces /dev/null.
+    pub fn start_in(
+        netns: Option<&str>,
+        env: &[(String, String)],
+        socket: &Path,
+        log: &Path,
+    ) -> Daemon {
         let log_file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)
             .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_brindle-ctrl"));
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_brindle-ctrl")]);
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_brindle-ctrl")),
+        };
         cmd.env("BRINDLE_CONFIG", "/dev/null")
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -137,6 +174,13 @@ impl Daemon {
             }
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// Sends `signal` (SIGHUP: reload).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        if let Some(c) = &self.child {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), signal).unwrap();
         }
     }
 
