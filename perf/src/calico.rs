@@ -13,6 +13,20 @@
 //! [`RuleSet::walked`]). UDP without replies stays conntrack NEW, so every
 //! frame walks it: the figure is the per-packet cost of the rules.
 //!
+//! Beside the filter table, the static chains Calico's iptables dataplane
+//! installs in raw, mangle and nat (felix/rules/static.go): raw
+//! `cali-PREROUTING` clears Calico's mark bits, takes VXLAN out of
+//! conntrack, marks frames from `cali+` interfaces, skips or applies the
+//! strict RPF check on that mark and sends the rest to the (empty)
+//! host-endpoint dispatch; mangle `cali-PREROUTING` accepts established
+//! flows and what raw accepted, `cali-POSTROUTING` returns on the accept
+//! mark; nat `cali-nat-outgoing` masquerades pool addresses leaving every
+//! pool (`cali40masq-ipam-pools`, `cali40all-ipam-pools`). The failsafe
+//! chains (raw and mangle, the default failsafe ports) are installed as
+//! Calico installs them, reached only from host-endpoint chains. These
+//! tables hold no per-workload rules in Calico either: workloads are
+//! matched by the `cali+` wildcard there, per endpoint only in filter.
+//!
 //! Everything lives in the router's namespace; deleting it removes rules,
 //! sets and conntrack entries. [`RuleSet::removal`] also removes them
 //! explicitly.
@@ -25,14 +39,261 @@ use std::net::Ipv4Addr;
 pub struct RuleSet {
     /// Input for `ipset restore`.
     pub ipsets: String,
-    /// Input for `iptables-restore --noflush`.
+    /// Input for `iptables-restore --noflush`: raw, mangle, nat, filter.
     pub iptables: String,
-    /// Number of rules (`-A` lines).
+    /// Number of rules (`-A` lines), every table.
     pub rules: usize,
+    /// Rules per table, in script order: ("raw", n), ("mangle", n),
+    /// ("nat", n), ("filter", n).
+    pub per_table: Vec<(&'static str, usize)>,
     /// Number of ipsets.
     pub sets: usize,
-    /// Rules a probe frame is matched against on its way through.
+    /// Rules a probe frame is matched against on its way through, every
+    /// table (nat only sees a flow's first frame and is not counted).
     pub walked: usize,
+}
+
+/// Calico's mark bits (its default `IptablesMarkMask` 0xffff0000): accept,
+/// pass, scratch 0 (here: "from a workload") and all four together.
+const MARK_ACCEPT: &str = "0x10000";
+const MARK_SCRATCH0: &str = "0x40000";
+const MARK_ALL: &str = "0xf0000";
+
+/// Calico's default failsafe ports (FailsafeInboundHostPorts and
+/// FailsafeOutboundHostPorts).
+const FAILSAFE_IN: [(&str, u16); 9] = [
+    ("tcp", 22),
+    ("udp", 68),
+    ("tcp", 179),
+    ("tcp", 2379),
+    ("tcp", 2380),
+    ("tcp", 5473),
+    ("tcp", 6443),
+    ("tcp", 6666),
+    ("tcp", 6667),
+];
+const FAILSAFE_OUT: [(&str, u16); 9] = [
+    ("udp", 53),
+    ("udp", 67),
+    ("tcp", 179),
+    ("tcp", 2379),
+    ("tcp", 2380),
+    ("tcp", 5473),
+    ("tcp", 6443),
+    ("tcp", 6666),
+    ("tcp", 6667),
+];
+
+/// One table of an `iptables-restore` script.
+struct Table {
+    name: &'static str,
+    chains: Vec<String>,
+    rules: Vec<String>,
+}
+
+impl Table {
+    fn new(name: &'static str, chains: &[&str]) -> Table {
+        Table {
+            name,
+            chains: chains.iter().map(|c| (*c).to_owned()).collect(),
+            rules: Vec::new(),
+        }
+    }
+
+    fn rule(&mut self, chain: &str, spec: &str) {
+        self.rules.push(format!("-A {chain} {spec}"));
+    }
+
+    fn render(&self, out: &mut String) {
+        let _ = writeln!(out, "*{}", self.name);
+        for c in &self.chains {
+            let _ = writeln!(out, ":{c} - [0:0]");
+        }
+        for r in &self.rules {
+            out.push_str(r);
+            out.push('\n');
+        }
+        out.push_str("COMMIT\n");
+    }
+}
+
+fn failsafe_chains(t: &mut Table) {
+    for (chain, ports) in [
+        ("cali-failsafe-in", &FAILSAFE_IN),
+        ("cali-failsafe-out", &FAILSAFE_OUT),
+    ] {
+        for (proto, port) in ports {
+            t.rule(
+                chain,
+                &format!("-p {proto} -m {proto} --dport {port} -j ACCEPT"),
+            );
+        }
+    }
+}
+
+/// Calico's raw table: mark workload traffic, strict RPF for it, untracked
+/// VXLAN, host-endpoint dispatch (empty: no host endpoints) for the rest.
+/// Returns the table and the rules a forwarded probe from a workload walks.
+fn raw_table(vxlan_port: u16) -> (Table, usize) {
+    let mut t = Table::new(
+        "raw",
+        &[
+            "cali-PREROUTING",
+            "cali-OUTPUT",
+            "cali-rpf-skip",
+            "cali-from-host-endpoint",
+            "cali-to-host-endpoint",
+            "cali-failsafe-in",
+            "cali-failsafe-out",
+        ],
+    );
+    t.rule(
+        "PREROUTING",
+        "-m comment --comment \"cali:6gwbT8clXdHdC1b1\" -j cali-PREROUTING",
+    );
+    t.rule(
+        "OUTPUT",
+        "-m comment --comment \"cali:tVnHkvAo15HuiPy0\" -j cali-OUTPUT",
+    );
+    let pre = "cali-PREROUTING";
+    t.rule(pre, &format!("-j MARK --set-xmark 0x0/{MARK_ALL}"));
+    t.rule(
+        pre,
+        &format!("-p udp -m udp --dport {vxlan_port} -j NOTRACK"),
+    );
+    t.rule(
+        pre,
+        &format!("-i cali+ -j MARK --set-xmark {MARK_SCRATCH0}/{MARK_SCRATCH0}"),
+    );
+    t.rule(
+        pre,
+        &format!("-m mark --mark {MARK_SCRATCH0}/{MARK_SCRATCH0} -j cali-rpf-skip"),
+    );
+    t.rule(
+        pre,
+        &format!(
+            "-m mark --mark {MARK_SCRATCH0}/{MARK_SCRATCH0} -m rpfilter --validmark --invert -j DROP"
+        ),
+    );
+    t.rule(
+        pre,
+        &format!("-m mark --mark 0x0/{MARK_SCRATCH0} -j cali-from-host-endpoint"),
+    );
+    t.rule(
+        pre,
+        &format!("-m mark --mark {MARK_ACCEPT}/{MARK_ACCEPT} -j ACCEPT"),
+    );
+    let out = "cali-OUTPUT";
+    t.rule(out, &format!("-j MARK --set-xmark 0x0/{MARK_ALL}"));
+    t.rule(out, "-j cali-to-host-endpoint");
+    t.rule(
+        out,
+        &format!("-p udp -m udp --dport {vxlan_port} -j NOTRACK"),
+    );
+    t.rule(
+        out,
+        &format!("-m mark --mark {MARK_ACCEPT}/{MARK_ACCEPT} -j ACCEPT"),
+    );
+    failsafe_chains(&mut t);
+    // PREROUTING's jump and all seven of cali-PREROUTING (the two chains it
+    // may enter are empty or not entered).
+    (t, 1 + 7)
+}
+
+/// Calico's mangle table: established flows and raw-accepted frames leave
+/// at once; host-endpoint dispatch (empty); POSTROUTING returns on the
+/// accept mark the filter table set.
+fn mangle_table() -> (Table, usize) {
+    let mut t = Table::new(
+        "mangle",
+        &[
+            "cali-PREROUTING",
+            "cali-POSTROUTING",
+            "cali-from-host-endpoint",
+            "cali-to-host-endpoint",
+            "cali-failsafe-in",
+            "cali-failsafe-out",
+        ],
+    );
+    t.rule(
+        "PREROUTING",
+        "-m comment --comment \"cali:6gwbT8clXdHdC1b1\" -j cali-PREROUTING",
+    );
+    t.rule(
+        "POSTROUTING",
+        "-m comment --comment \"cali:O3lYWMrLQYEMJtB5\" -j cali-POSTROUTING",
+    );
+    let pre = "cali-PREROUTING";
+    t.rule(pre, "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT");
+    t.rule(
+        pre,
+        &format!("-m mark --mark {MARK_ACCEPT}/{MARK_ACCEPT} -j ACCEPT"),
+    );
+    t.rule(pre, "-j cali-from-host-endpoint");
+    t.rule(
+        pre,
+        &format!(
+            "-m mark --mark {MARK_ACCEPT}/{MARK_ACCEPT} -m comment --comment \"cali:Host endpoint policy accepted packet.\" -j ACCEPT"
+        ),
+    );
+    let post = "cali-POSTROUTING";
+    t.rule(
+        post,
+        &format!("-m mark --mark {MARK_ACCEPT}/{MARK_ACCEPT} -j RETURN"),
+    );
+    t.rule(post, &format!("-j MARK --set-xmark 0x0/{MARK_ALL}"));
+    t.rule(post, "-m conntrack --ctstate DNAT -j cali-to-host-endpoint");
+    t.rule(
+        post,
+        &format!(
+            "-m mark --mark {MARK_ACCEPT}/{MARK_ACCEPT} -m comment --comment \"cali:Host endpoint policy accepted packet.\" -j RETURN"
+        ),
+    );
+    failsafe_chains(&mut t);
+    // PREROUTING (1 + 4), POSTROUTING (1 + 1: the filter table accepted
+    // the probe by setting the accept mark).
+    (t, 5 + 2)
+}
+
+/// Calico's nat table: floating-IP chains (empty), NAT-outgoing for pool
+/// addresses leaving every pool, MASQUERADE of host-sourced tunnel traffic.
+fn nat_table() -> Table {
+    let mut t = Table::new(
+        "nat",
+        &[
+            "cali-PREROUTING",
+            "cali-POSTROUTING",
+            "cali-OUTPUT",
+            "cali-fip-dnat",
+            "cali-fip-snat",
+            "cali-nat-outgoing",
+        ],
+    );
+    t.rule(
+        "PREROUTING",
+        "-m comment --comment \"cali:6gwbT8clXdHdC1b1\" -j cali-PREROUTING",
+    );
+    t.rule(
+        "POSTROUTING",
+        "-m comment --comment \"cali:O3lYWMrLQYEMJtB5\" -j cali-POSTROUTING",
+    );
+    t.rule(
+        "OUTPUT",
+        "-m comment --comment \"cali:tVnHkvAo15HuiPy0\" -j cali-OUTPUT",
+    );
+    t.rule("cali-PREROUTING", "-j cali-fip-dnat");
+    t.rule("cali-OUTPUT", "-j cali-fip-dnat");
+    t.rule("cali-POSTROUTING", "-j cali-fip-snat");
+    t.rule("cali-POSTROUTING", "-j cali-nat-outgoing");
+    t.rule(
+        "cali-POSTROUTING",
+        "-o vxlan.calico -m addrtype ! --src-type LOCAL --limit-iface-out -m addrtype --src-type LOCAL -j MASQUERADE --random-fully",
+    );
+    t.rule(
+        "cali-nat-outgoing",
+        "-m set --match-set cali40masq-ipam-pools src -m set ! --match-set cali40all-ipam-pools dst -j MASQUERADE --random-fully",
+    );
+    t
 }
 
 /// Rules of each policy chain: pairs of (set-matching MARK, mark RETURN).
@@ -240,35 +501,80 @@ pub fn rule_set(
             }
         }
     }
-    let mut iptables = String::from("*filter\n");
-    for c in &chains {
-        let _ = writeln!(iptables, ":{c} - [0:0]");
+    // The IPAM pool (every pod address of the run) for NAT-outgoing, and
+    // this host's addresses, as Calico keeps them.
+    for (set, kind, members) in [
+        (
+            "cali40all-ipam-pools",
+            "hash:net",
+            &["10.201.0.0/16", "10.100.0.0/14"][..],
+        ),
+        (
+            "cali40masq-ipam-pools",
+            "hash:net",
+            &["10.201.0.0/16", "10.100.0.0/14"][..],
+        ),
+        (
+            "cali40this-host",
+            "hash:ip",
+            &["10.201.1.1", "10.201.2.1", "127.0.0.1"][..],
+        ),
+    ] {
+        let _ = writeln!(
+            sets,
+            "create {set} {kind} family inet hashsize 1024 maxelem 1048576"
+        );
+        for m in members {
+            let _ = writeln!(sets, "add {set} {m}");
+        }
+        set_count += 1;
     }
-    for rule in &rules {
-        iptables.push_str(rule);
-        iptables.push('\n');
+    let (raw, raw_walked) = raw_table(4789);
+    let (mangle, mangle_walked) = mangle_table();
+    let nat = nat_table();
+    let filter = Table {
+        name: "filter",
+        chains,
+        rules,
+    };
+    let mut iptables = String::new();
+    for t in [&raw, &mangle, &nat, &filter] {
+        t.render(&mut iptables);
     }
-    iptables.push_str("COMMIT\n");
+    let per_table: Vec<(&'static str, usize)> = [&raw, &mangle, &nat, &filter]
+        .iter()
+        .map(|t| (t.name, t.rules.len()))
+        .collect();
     // FORWARD 1, cali-FORWARD up to the from dispatch (4), dispatch up to
     // the source (src_at + 1), its fw chain (9 up to the policy jump, then
     // 2 after the return), the policy chain (all pairs), back in
     // cali-FORWARD (1), the to dispatch (dst_at + 1), its tw chain (7 + 2),
     // its policy chain.
     let per_policy = 2 * POLICY_RULE_PAIRS - 1;
-    let walked = 1 + 4 + (src_at + 1) + 7 + per_policy + 1 + (dst_at + 1) + 5 + per_policy;
+    let walked_filter = 1 + 4 + (src_at + 1) + 7 + per_policy + 1 + (dst_at + 1) + 5 + per_policy;
     RuleSet {
         ipsets: sets,
         iptables,
-        rules: rules.len(),
+        rules: per_table.iter().map(|(_, n)| n).sum(),
+        per_table,
         sets: set_count,
-        walked,
+        walked: walked_filter + raw_walked + mangle_walked,
     }
 }
 
 impl RuleSet {
     /// Script for `iptables-restore` that removes the rule set again.
     pub fn removal() -> &'static str {
-        "*filter\n:FORWARD ACCEPT [0:0]\n-F\n-X\nCOMMIT\n"
+        "*raw\n-F\n-X\nCOMMIT\n*mangle\n-F\n-X\nCOMMIT\n*nat\n-F\n-X\nCOMMIT\n*filter\n:FORWARD ACCEPT [0:0]\n-F\n-X\nCOMMIT\n"
+    }
+
+    /// "raw 31, mangle 28, nat 9, filter 2248".
+    pub fn per_table_summary(&self) -> String {
+        self.per_table
+            .iter()
+            .map(|(t, n)| format!("{t} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -294,9 +600,9 @@ mod tests {
             s.rules,
             s.iptables.lines().filter(|l| l.starts_with("-A ")).count()
         );
-        assert_eq!(s.sets, 50 * 2 * POLICY_RULE_PAIRS);
-        assert!((36..=90).contains(&s.walked), "walked {}", s.walked);
-        assert!(s.iptables.starts_with("*filter\n") && s.iptables.ends_with("COMMIT\n"));
+        assert_eq!(s.sets, 50 * 2 * POLICY_RULE_PAIRS + 3);
+        assert!((36..=120).contains(&s.walked), "walked {}", s.walked);
+        assert!(s.iptables.starts_with("*raw\n") && s.iptables.ends_with("COMMIT\n"));
         for needle in [
             "-A cali-from-wl-dispatch -i cali0ge0000001",
             "-A cali-to-wl-dispatch -o cali0si0000002",
@@ -306,6 +612,84 @@ mod tests {
         ] {
             assert!(s.iptables.contains(needle), "missing {needle}");
         }
+    }
+
+    /// The rules of `table` in the script.
+    fn table<'a>(s: &'a RuleSet, table: &str) -> Vec<&'a str> {
+        let start = format!("*{table}");
+        s.iptables
+            .lines()
+            .skip_while(|l| *l != start)
+            .take_while(|l| *l != "COMMIT")
+            .filter(|l| l.starts_with("-A "))
+            .collect()
+    }
+
+    #[test]
+    fn every_table_is_there_and_counted() {
+        let s = set();
+        let names: Vec<&str> = s.per_table.iter().map(|(t, _)| *t).collect();
+        assert_eq!(names, ["raw", "mangle", "nat", "filter"]);
+        for (t, n) in &s.per_table {
+            assert_eq!(table(&s, t).len(), *n, "{t}");
+        }
+        assert_eq!(s.iptables.matches("COMMIT\n").count(), 4);
+        assert_eq!(
+            s.per_table_summary(),
+            format!(
+                "raw {}, mangle {}, nat {}, filter {}",
+                s.per_table[0].1, s.per_table[1].1, s.per_table[2].1, s.per_table[3].1
+            )
+        );
+    }
+
+    #[test]
+    fn raw_marks_workload_traffic_and_checks_rpf_on_that_mark() {
+        let s = set();
+        let raw = table(&s, "raw");
+        let pre: Vec<&&str> = raw
+            .iter()
+            .filter(|r| r.starts_with("-A cali-PREROUTING "))
+            .collect();
+        // Clear the marks first, then mark cali+ traffic, then RPF on it.
+        assert!(pre[0].contains("--set-xmark 0x0/0xf0000"), "{}", pre[0]);
+        let mark = pre.iter().position(|r| r.contains("-i cali+")).unwrap();
+        let rpf = pre.iter().position(|r| r.contains("rpfilter")).unwrap();
+        assert!(mark < rpf);
+        assert!(pre[rpf].contains("--mark 0x40000/0x40000") && pre[rpf].ends_with("-j DROP"));
+        assert!(raw.iter().any(|r| r.contains("--dport 4789 -j NOTRACK")));
+        assert!(raw.contains(
+            &"-A PREROUTING -m comment --comment \"cali:6gwbT8clXdHdC1b1\" -j cali-PREROUTING"
+        ));
+        assert!(
+            raw.iter()
+                .any(|r| r.starts_with("-A cali-failsafe-in -p tcp -m tcp --dport 22 "))
+        );
+    }
+
+    #[test]
+    fn mangle_accepts_established_and_nat_masquerades_only_leaving_the_pools() {
+        let s = set();
+        let mangle = table(&s, "mangle");
+        assert_eq!(
+            mangle
+                .iter()
+                .find(|r| r.starts_with("-A cali-PREROUTING "))
+                .copied(),
+            Some("-A cali-PREROUTING -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+        );
+        assert!(mangle.contains(&"-A cali-POSTROUTING -m mark --mark 0x10000/0x10000 -j RETURN"));
+        let nat = table(&s, "nat");
+        let masq: Vec<&&str> = nat
+            .iter()
+            .filter(|r| r.starts_with("-A cali-nat-outgoing "))
+            .collect();
+        assert_eq!(masq.len(), 1);
+        assert!(masq[0].contains("--match-set cali40masq-ipam-pools src"));
+        assert!(masq[0].contains("! --match-set cali40all-ipam-pools dst"));
+        // The probe (10.201.1.2 -> 10.201.2.2) stays inside the pools: no NAT.
+        assert!(s.ipsets.contains("add cali40all-ipam-pools 10.201.0.0/16"));
+        assert!(s.ipsets.contains("add cali40masq-ipam-pools 10.201.0.0/16"));
     }
 
     #[test]
@@ -333,13 +717,15 @@ mod tests {
             .iptables
             .lines()
             .filter_map(|l| l.strip_prefix(':'))
+            .chain(["PREROUTING", "OUTPUT", "POSTROUTING", "FORWARD", "INPUT"])
             .filter_map(|l| l.split_whitespace().next())
             .collect();
         for l in s.iptables.lines().filter(|l| l.starts_with("-A ")) {
             let words: Vec<&str> = l.split_whitespace().collect();
             if let Some(p) = words.iter().position(|w| *w == "-j" || *w == "-g") {
                 let target = words[p + 1];
-                if !["ACCEPT", "DROP", "RETURN", "MARK"].contains(&target) {
+                if !["ACCEPT", "DROP", "RETURN", "MARK", "NOTRACK", "MASQUERADE"].contains(&target)
+                {
                     assert!(declared.contains(target), "{target} undeclared in {l}");
                 }
             }

@@ -386,12 +386,23 @@ fn prepare(
         );
         router.exec_with_input(&["ipset", "restore"], Some(&set.ipsets))?;
         router.exec_with_input(&["iptables-restore", "--noflush"], Some(&set.iptables))?;
-        let installed = router.exec(&["iptables-save", "-t", "filter"])?;
-        let count = installed.lines().filter(|l| l.starts_with("-A ")).count();
-        notes.push(format!(
-            "iptables: {count} rules installed ({} generated), {} ipsets, a probe frame is matched against about {} rules; conntrack on (one-way UDP stays NEW)",
-            set.rules, set.sets, set.walked
-        ));
+        let mut count = 0;
+        let mut per_table = Vec::new();
+        for (table, _) in &set.per_table {
+            let installed = router.exec(&["iptables-save", "-t", table])?;
+            let n = installed.lines().filter(|l| l.starts_with("-A ")).count();
+            count += n;
+            per_table.push(format!("{table} {n}"));
+        }
+        let line = format!(
+            "iptables: {count} rules installed ({}; generated {}: {}), {} ipsets, a probe frame is matched against about {} rules; conntrack on (one-way UDP stays NEW)",
+            per_table.join(", "),
+            set.rules,
+            set.per_table_summary(),
+            set.sets,
+            set.walked
+        );
+        notes.push(line);
     }
     Ok(Prepared {
         forwarder,
@@ -457,6 +468,9 @@ fn scenario_trials(
     let topology = Topology::build(scenario.shape())?;
     let prepared = prepare(scenario, &topology, options)?;
     result.notes.clone_from(&prepared.notes);
+    for n in prepared.notes.iter().filter(|n| n.starts_with("iptables:")) {
+        progress(&format!("{}: {n}", scenario.name()));
+    }
     for &size in &options.sizes {
         progress(&format!("{} {size}: throughput ...", scenario.name()));
         let t = run_trial(
