@@ -47,6 +47,7 @@ use crate::endpoint::{Endpoint, PortTable};
 use crate::fib::FibReader;
 use crate::frame::{FrameArena, FrameDesc, Port, PortId};
 use crate::pipeline::{BURST, Pipeline, PipelineConfig, TxBatches};
+use crate::port::handoff::FrameHome;
 
 /// Packets and bytes one port received and transmitted (counted per burst,
 /// not per frame).
@@ -62,14 +63,34 @@ pub struct PortStats {
     pub tx_bytes: u64,
 }
 
+/// Frames that crossed between this worker and others.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HandoffStats {
+    /// Frames this worker's pipeline sent to ports of other workers.
+    pub out: u64,
+    /// Frames other workers handed to this worker's ports.
+    pub r#in: u64,
+    /// Handed-in frames the port's TX ring refused (returned, dropped).
+    pub drops: u64,
+    /// Chunks of this worker's range returned by other workers.
+    pub returned: u64,
+}
+
 /// One poll-mode worker.
 pub struct Worker {
     arena: FrameArena,
     ports: Vec<Box<dyn Port>>,
     port_stats: Vec<PortStats>,
+    /// Slots whose port belongs to another worker ([`crate::port::handoff::RemotePort`]).
+    remote: Vec<bool>,
     pipeline: Pipeline,
     rx: [FrameDesc; BURST],
     tx: TxBatches,
+    home: Option<FrameHome>,
+    /// Frames handed in by other workers, per port slot (capacity BURST,
+    /// reserved when the slot is made).
+    handed: Vec<Vec<FrameDesc>>,
+    handoff: HandoffStats,
 }
 
 impl Worker {
@@ -79,9 +100,83 @@ impl Worker {
             arena,
             ports: Vec::new(),
             port_stats: Vec::new(),
+            remote: Vec::new(),
             pipeline: Pipeline::new(cfg, PortTable::default(), fib),
             rx: [FrameDesc::default(); BURST],
             tx: TxBatches::new(0),
+            home: None,
+            handed: Vec::new(),
+            handoff: HandoffStats::default(),
+        }
+    }
+
+    /// Makes this worker one of several sharing the arena's memory: only
+    /// `home`'s range stays in the free list, chunks of other workers go
+    /// back to them, and frames other workers hand over are transmitted.
+    pub fn set_home(&mut self, home: FrameHome) {
+        home.claim_range(&mut self.arena);
+        self.home = Some(home);
+    }
+
+    /// This worker's place among the workers, if it shares its arena.
+    pub fn home(&self) -> Option<&FrameHome> {
+        self.home.as_ref()
+    }
+
+    /// Frames exchanged with other workers.
+    pub fn handoff_stats(&self) -> HandoffStats {
+        self.handoff
+    }
+
+    /// Whether slot `id` stands for another worker's port.
+    pub fn is_remote(&self, id: PortId) -> bool {
+        self.remote.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// Puts `port` in slot `id` like [`Worker::set_port`], marking it as a
+    /// stand-in for a port of another worker (`remote`): frames sent there
+    /// count as handed off rather than as the port's TX.
+    pub fn set_port_remote(
+        &mut self,
+        id: PortId,
+        port: Box<dyn Port>,
+        endpoint: Endpoint,
+        remote: bool,
+    ) -> bool {
+        if !remote && let Some(h) = &self.home {
+            h.homes().set_peer_mac(id, endpoint.peer_mac);
+        }
+        if !self.set_port(id, port, endpoint) {
+            return false;
+        }
+        self.remote[id as usize] = remote;
+        true
+    }
+
+    /// Shares pod MACs learned from frames between workers: a port's owner
+    /// publishes what its pipeline learned, the others take it. Cheap
+    /// (a pass over the slots); the daemon calls it when idle and now and
+    /// then when busy.
+    pub fn sync_peer_macs(&mut self) {
+        let Some(home) = &self.home else {
+            return;
+        };
+        if home.homes().workers() < 2 {
+            return;
+        }
+        let homes = home.homes().clone();
+        for (i, &remote) in self.remote.iter().enumerate() {
+            let id = i as PortId;
+            let Some(ep) = self.pipeline.ports_mut().get_mut(id) else {
+                continue;
+            };
+            if remote {
+                if ep.peer_mac.is_none() {
+                    ep.peer_mac = homes.peer_mac(id);
+                }
+            } else if ep.peer_mac.is_some() && homes.peer_mac(id).is_none() {
+                homes.set_peer_mac(id, ep.peer_mac);
+            }
         }
     }
 
@@ -92,6 +187,8 @@ impl Worker {
         debug_assert_eq!(id as usize, self.ports.len());
         self.ports.push(port);
         self.port_stats.push(PortStats::default());
+        self.remote.push(false);
+        self.handed.push(Vec::with_capacity(BURST));
         self.tx.add_port();
         id
     }
@@ -109,12 +206,14 @@ impl Worker {
         if i > self.ports.len() {
             return false;
         }
+        self.flush_handed(i);
         let old = std::mem::replace(&mut self.ports[i], port);
         old.release(&mut self.arena);
         if let Some(ep) = self.pipeline.ports_mut().get_mut(id) {
             *ep = endpoint;
         }
         self.port_stats[i] = PortStats::default();
+        self.remote[i] = false;
         true
     }
 
@@ -125,10 +224,11 @@ impl Worker {
         if id as usize >= self.ports.len() {
             return false;
         }
-        self.set_port(
+        self.set_port_remote(
             id,
             Box::new(crate::port::DetachedPort),
             Endpoint::pod(Vec::new(), None, 0),
+            false,
         )
     }
 
@@ -147,6 +247,18 @@ impl Worker {
         for p in &self.ports {
             p.wait_fds(&mut borrowed);
         }
+        if let Some(home) = &self.home
+            && home.homes().workers() > 1
+        {
+            // Another worker handing a frame over wakes this one.
+            home.set_sleeping(true);
+            if home.has_mail() {
+                home.set_sleeping(false);
+                return;
+            }
+            borrowed.push(home.wake_fd());
+        }
+        let _sleeping = SleepGuard(self.home.as_ref());
         let mut fds: Vec<PollFd<'_>> = borrowed
             .into_iter()
             .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
@@ -189,9 +301,10 @@ impl Worker {
         self.ports.get(id as usize).map(|p| &**p)
     }
 
-    /// One loop iteration at `now`; returns how many frames were received.
+    /// One loop iteration at `now`; returns how many frames were received
+    /// (from the ports and handed over by other workers).
     pub fn poll_once(&mut self, now: Instant) -> usize {
-        let mut received = 0;
+        let mut received = self.take_mail();
         for ingress in 0..self.ports.len() {
             let n = self.ports[ingress].rx_burst(&mut self.arena, &mut self.rx);
             if n == 0 {
@@ -216,6 +329,61 @@ impl Worker {
         received
     }
 
+    /// Takes back returned chunks and transmits the frames other workers
+    /// handed over; returns how many were handed over.
+    fn take_mail(&mut self) -> usize {
+        let Some(home) = &self.home else {
+            return 0;
+        };
+        self.handoff.returned += home.take_returns(&mut self.arena) as u64;
+        let mut handed = 0;
+        // Bounded per loop so a flood from other workers cannot starve
+        // this worker's own receive queues.
+        while handed < 4 * BURST {
+            let Some(home) = &self.home else { break };
+            let Some((id, desc)) = home.next_handed() else {
+                break;
+            };
+            handed += 1;
+            let i = id as usize;
+            if i >= self.handed.len() || self.remote[i] {
+                // The port left this worker meanwhile.
+                home.free(&mut self.arena, desc.addr);
+                self.handoff.drops += 1;
+                continue;
+            }
+            self.handed[i].push(desc);
+            if self.handed[i].len() == BURST {
+                self.flush_handed(i);
+            }
+        }
+        for i in 0..self.handed.len() {
+            self.flush_handed(i);
+        }
+        self.handoff.r#in += handed as u64;
+        handed
+    }
+
+    /// Transmits the frames handed in for slot `i`; refused ones go back
+    /// to their owner and count as hand-off drops.
+    fn flush_handed(&mut self, i: usize) {
+        if self.handed[i].is_empty() {
+            return;
+        }
+        let batch = &self.handed[i];
+        let taken = self.ports[i].tx_burst(&mut self.arena, batch);
+        let stats = &mut self.port_stats[i];
+        stats.tx_packets += taken as u64;
+        stats.tx_bytes += batch[..taken].iter().map(|d| u64::from(d.len)).sum::<u64>();
+        if let Some(home) = &self.home {
+            for d in &batch[taken..] {
+                home.free(&mut self.arena, d.addr);
+                self.handoff.drops += 1;
+            }
+        }
+        self.handed[i].clear();
+    }
+
     /// Transmits every non-empty TX batch; frees and counts what the ports
     /// refuse.
     fn flush(&mut self) {
@@ -228,9 +396,14 @@ impl Worker {
             }
             let taken = port.tx_burst(&mut self.arena, batch);
             let bytes = batch[..taken].iter().map(|d| u64::from(d.len)).sum::<u64>();
-            let stats = &mut self.port_stats[id];
-            stats.tx_packets += taken as u64;
-            stats.tx_bytes += bytes;
+            if self.remote[id] {
+                // The owner counts the port's TX when it transmits.
+                self.handoff.out += taken as u64;
+            } else {
+                let stats = &mut self.port_stats[id];
+                stats.tx_packets += taken as u64;
+                stats.tx_bytes += bytes;
+            }
             let counters = self.pipeline.counters_mut();
             counters.tx_packets += taken as u64;
             counters.tx_bytes += bytes;
@@ -239,6 +412,17 @@ impl Worker {
                 counters.drop(DropReason::TxRingFull);
             }
             batch.clear();
+        }
+    }
+}
+
+/// Clears the sleeping mark when a wait ends.
+struct SleepGuard<'a>(Option<&'a FrameHome>);
+
+impl Drop for SleepGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(h) = self.0 {
+            h.set_sleeping(false);
         }
     }
 }

@@ -134,8 +134,13 @@ fn programmed_over_the_socket_it_forwards_pod_to_pod_and_converges_on_sync() -> 
     }
     let stats: Stats = c.call(&VrouterRequest::GetStats)?;
     assert_eq!((stats.ports, stats.routes), (2, 2));
-    assert!(stats.workers[0].rx_packets >= 6, "{stats:?}");
-    assert!(stats.workers[0].busy_polls >= 1, "{stats:?}");
+    // One worker per core of the default "auto"; the pods may sit on
+    // different workers, so the totals are what is certain.
+    assert!(!stats.workers.is_empty(), "{stats:?}");
+    let rx: u64 = stats.workers.iter().map(|w| w.rx_packets).sum();
+    let busy: u64 = stats.workers.iter().map(|w| w.busy_polls).sum();
+    assert!(rx >= 6, "{stats:?}");
+    assert!(busy >= 1, "{stats:?}");
 
     let health: Health = c.call(&VrouterRequest::Health)?;
     assert!(health.live && !health.ready, "no uplink yet: {health:?}");
@@ -323,7 +328,8 @@ fn two_served_nodes_forward_over_ipip_with_next_hops_learned_from_the_kernel() -
     let out = pod_a.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.68.2.2"])?;
     assert!(out.contains("3 received"), "{out}");
     let stats: Stats = c1.call(&VrouterRequest::GetStats)?;
-    assert!(stats.workers[0].rx_packets >= 6, "{stats:?}");
+    let rx: u64 = stats.workers.iter().map(|w| w.rx_packets).sum();
+    assert!(rx >= 6, "{stats:?}");
     drop((c1, c2));
     v1.stop()?;
     v2.stop()?;

@@ -1,11 +1,12 @@
 //! The control thread's state: what the controller asked for (ports by
 //! name, routes, neighbours, node settings), the FIB writer, the steering
-//! maps, and the worker's handle. Every operation of
+//! maps, and the workers' handles. Every operation of
 //! `brindle_api::vrouter` is applied here, idempotently: asking for what is
 //! already in effect changes nothing and answers `changed: 0`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 
 use brindle_api::framing::{PROTOCOL_VERSION, RemoteError, RemoteErrorKind};
 use brindle_api::vrouter as api;
@@ -19,6 +20,7 @@ use crate::endpoint::Endpoint;
 use crate::fib::{Encap, Fib, FibChange, NextHop};
 use crate::frame::{Port, PortId};
 use crate::pipeline::{PipelineConfig, vtep_mac};
+use crate::port::handoff::{FrameHomes, RemotePort};
 use crate::port::packet::PacketPort;
 use crate::port::xdp::{LinkInfo, XdpPort, XdpPortConfig};
 use crate::wire::udp::UdpChecksum;
@@ -27,11 +29,15 @@ struct PortEntry {
     spec: api::PortSpec,
     id: PortId,
     backend: &'static str,
+    /// Workers holding the port or a share of its queues; the first one
+    /// receives what the others hand over for it.
+    owners: Vec<usize>,
 }
 
 /// The daemon's programmable state.
 pub struct Control {
-    worker: WorkerHandle,
+    workers: Vec<WorkerHandle>,
+    homes: Arc<FrameHomes>,
     fib: Fib,
     steering: Option<Steering>,
     umem: Option<UmemHandle>,
@@ -82,8 +88,10 @@ pub fn new_boot_id() -> String {
 
 /// What the control thread starts with.
 pub struct ControlParts {
-    /// The running worker.
-    pub worker: WorkerHandle,
+    /// The running workers.
+    pub workers: Vec<WorkerHandle>,
+    /// Their chunk ranges and mailboxes.
+    pub homes: Arc<FrameHomes>,
     /// The FIB writer whose reader the worker holds.
     pub fib: Fib,
     /// The steering maps (AF_XDP only).
@@ -102,7 +110,8 @@ impl Control {
     /// The control state over a started worker.
     pub fn new(parts: ControlParts) -> Control {
         Control {
-            worker: parts.worker,
+            workers: parts.workers,
+            homes: parts.homes,
             fib: parts.fib,
             steering: parts.steering,
             umem: parts.umem,
@@ -129,7 +138,9 @@ impl Control {
     /// Stops the worker (ports close, programs detach). Later requests
     /// fail with "the worker has stopped".
     pub fn shutdown(&mut self) {
-        self.worker.join();
+        for w in &mut self.workers {
+            w.join();
+        }
     }
 
     /// Applies one request; the JSON value is the op's result type.
@@ -192,11 +203,38 @@ impl Control {
         }
     }
 
-    fn send(&self, cmd: WorkerCmd) -> Result<(), RemoteError> {
-        self.worker
+    fn send_to(&self, worker: usize, cmd: WorkerCmd) -> Result<(), RemoteError> {
+        self.workers
+            .get(worker)
+            .ok_or_else(|| internal(format!("no worker {worker}")))?
             .tx
             .send(cmd)
-            .map_err(|_| internal("the worker has stopped"))
+            .map_err(|_| internal(format!("worker {worker} has stopped")))
+    }
+
+    /// Sends every worker its own copy of `cmd` (neighbours, settings and
+    /// slots are per worker: each one routes to every port).
+    fn broadcast(&self, cmd: impl Fn() -> WorkerCmd) -> Result<(), RemoteError> {
+        for w in 0..self.workers.len() {
+            self.send_to(w, cmd())?;
+        }
+        Ok(())
+    }
+
+    /// The worker a new pod port goes to: the one owning fewest ports
+    /// (ties: the lowest index). Ports never move once placed, so pods
+    /// that stay keep their worker while others come and go.
+    fn least_loaded_worker(&self) -> usize {
+        let mut load = vec![0usize; self.workers.len()];
+        for e in self.ports.values() {
+            if let Some(&w) = e.owners.first() {
+                load[w] += 1;
+            }
+        }
+        load.iter()
+            .enumerate()
+            .min_by_key(|&(i, l)| (*l, i))
+            .map_or(0, |(i, _)| i)
     }
 
     fn set_node(&mut self, node: api::NodeConfig) -> Result<u64, RemoteError> {
@@ -222,10 +260,12 @@ impl Control {
                 .map_err(|e| internal(format!("steering map: {e}")))?;
         }
         let vni_changed = cfg.vxlan_vni != self.pipeline.vxlan_vni;
-        self.send(WorkerCmd::Config(cfg.clone()))?;
-        self.send(WorkerCmd::TunnelPeers(
-            (!node.tunnel_peers.is_empty()).then(|| node.tunnel_peers.clone()),
-        ))?;
+        self.broadcast(|| WorkerCmd::Config(cfg.clone()))?;
+        self.broadcast(|| {
+            WorkerCmd::TunnelPeers(
+                (!node.tunnel_peers.is_empty()).then(|| node.tunnel_peers.clone()),
+            )
+        })?;
         self.pipeline = cfg;
         self.node = Some(node);
         if vni_changed {
@@ -263,10 +303,23 @@ impl Control {
         Ok(1)
     }
 
+    /// Opens `spec`'s port and places it: an AF_XDP port's queues are
+    /// spread over the workers (an uplink's from worker 0, a pod's from the
+    /// least loaded worker); an AF_PACKET port goes whole to one worker.
+    /// Returns the parts by worker, the endpoint, the backend and the link.
+    #[allow(clippy::type_complexity)]
     fn open_port(
         &self,
         spec: &api::PortSpec,
-    ) -> Result<(Box<dyn Port>, Endpoint, &'static str), RemoteError> {
+    ) -> Result<
+        (
+            Vec<(usize, Box<dyn Port>)>,
+            Endpoint,
+            &'static str,
+            LinkInfo,
+        ),
+        RemoteError,
+    > {
         let link =
             LinkInfo::read(&spec.name).map_err(|e| invalid(format!("port {}: {e}", spec.name)))?;
         let role = match spec.kind {
@@ -279,20 +332,35 @@ impl Control {
             }
             api::PortKind::Uplink => Endpoint::uplink(link.mac, link.mtu),
         };
-        let packet =
-            |why: Option<String>| -> Result<(Box<dyn Port>, Endpoint, &'static str), RemoteError> {
-                if let Some(why) = why {
-                    tracing::warn!(port = %spec.name, reason = %why, "AF_XDP cannot be opened: falling back to AF_PACKET (one copy per frame)");
-                }
-                let p = PacketPort::open(&spec.name, link)
-                    .map_err(|e| internal(format!("AF_PACKET port {}: {e}", spec.name)))?;
-                Ok((Box::new(p), endpoint.clone(), "af_packet"))
-            };
+        let first = match spec.kind {
+            api::PortKind::Uplink => 0,
+            api::PortKind::Pod => self.least_loaded_worker(),
+        };
+        let packet = |why: Option<String>| {
+            if let Some(why) = why {
+                tracing::warn!(port = %spec.name, reason = %why, "AF_XDP cannot be opened: falling back to AF_PACKET (one copy per frame)");
+            }
+            let mut p = PacketPort::open(&spec.name, link)
+                .map_err(|e| internal(format!("AF_PACKET port {}: {e}", spec.name)))?;
+            p.set_home(self.homes.home(first));
+            let parts: Vec<(usize, Box<dyn Port>)> = vec![(first, Box::new(p))];
+            Ok((parts, endpoint.clone(), "af_packet", link))
+        };
         match (&self.umem, &self.steering, self.io) {
             (_, _, IoMode::Packet) => packet(None),
             (Some(umem), Some(steering), io) => {
                 match XdpPort::open(umem, steering, &spec.name, role, link, &self.xdp) {
-                    Ok(p) => Ok((Box::new(p), endpoint.clone(), "af_xdp")),
+                    Ok(p) => {
+                        let parts = p
+                            .split(self.workers.len(), first)
+                            .into_iter()
+                            .map(|(w, mut part)| {
+                                part.set_home(self.homes.home(w));
+                                (w, Box::new(part) as Box<dyn Port>)
+                            })
+                            .collect();
+                        Ok((parts, endpoint.clone(), "af_xdp", link))
+                    }
                     Err(e) if io == IoMode::Auto => packet(Some(e.to_string())),
                     Err(e) => Err(internal(format!("AF_XDP port {}: {e}", spec.name))),
                 }
@@ -312,7 +380,7 @@ impl Control {
                 // cheap to make, and the slot's state starts clean).
                 self.detach(&spec.name)?;
             }
-            let (port, endpoint, backend) = self.open_port(&spec)?;
+            let (parts, endpoint, backend, link) = self.open_port(&spec)?;
             let id = match self.free_slots.pop() {
                 Some(id) => id,
                 None => {
@@ -324,10 +392,48 @@ impl Control {
                     id
                 }
             };
-            self.send(WorkerCmd::SetPort { id, port, endpoint })?;
-            tracing::info!(port = %spec.name, id, backend, "port attached");
-            self.ports
-                .insert(spec.name.clone(), PortEntry { spec, id, backend });
+            let owners: Vec<usize> = parts.iter().map(|(w, _)| *w).collect();
+            let primary = owners.first().copied().unwrap_or(0);
+            let mut by_worker: Vec<Option<Box<dyn Port>>> =
+                (0..self.workers.len()).map(|_| None).collect();
+            for (w, p) in parts {
+                by_worker[w] = Some(p);
+            }
+            for (w, part) in by_worker.into_iter().enumerate() {
+                let (port, remote): (Box<dyn Port>, bool) = match part {
+                    Some(p) => (p, false),
+                    None => (
+                        Box::new(RemotePort::new(
+                            &spec.name,
+                            link.mac,
+                            link.mtu,
+                            id,
+                            primary,
+                            self.homes.home(w),
+                        )),
+                        true,
+                    ),
+                };
+                self.send_to(
+                    w,
+                    WorkerCmd::SetPort {
+                        id,
+                        port,
+                        endpoint: endpoint.clone(),
+                        remote,
+                    },
+                )?;
+            }
+            tracing::info!(port = %spec.name, id, backend, workers = ?owners, "port attached");
+            self.ports.insert(
+                spec.name.clone(),
+                PortEntry {
+                    spec,
+                    id,
+                    backend,
+                    owners,
+                },
+            );
             changed += 1;
         }
         if changed > 0 {
@@ -343,7 +449,8 @@ impl Control {
     /// but leave the FIB until the port comes back.
     fn detach(&mut self, name: &str) -> Result<(), RemoteError> {
         if let Some(e) = self.ports.remove(name) {
-            self.send(WorkerCmd::DetachPort { id: e.id })?;
+            self.broadcast(|| WorkerCmd::DetachPort { id: e.id })?;
+            self.homes.set_peer_mac(e.id, None);
             self.free_slots.push(e.id);
             tracing::info!(port = name, id = e.id, "port detached");
         }
@@ -388,7 +495,7 @@ impl Control {
             .map_err(|e| internal(format!("FIB: {e}")))?;
         for ((port, ip), mac) in &self.neighbors {
             if let Some(e) = self.ports.get(port) {
-                self.send(WorkerCmd::Neighbor {
+                self.broadcast(|| WorkerCmd::Neighbor {
                     port: e.id,
                     addr: *ip,
                     mac: Some(mac.0),
@@ -513,8 +620,9 @@ impl Control {
             if self.neighbors.get(&key) == Some(&n.mac) {
                 continue;
             }
-            self.send(WorkerCmd::Neighbor {
-                port: self.port_id(&n.port)?,
+            let port = self.port_id(&n.port)?;
+            self.broadcast(|| WorkerCmd::Neighbor {
+                port,
                 addr: n.ip,
                 mac: Some(n.mac.0),
             })?;
@@ -560,7 +668,7 @@ impl Control {
             .collect();
         for key in stale {
             if let Some(e) = self.ports.get(&key.0) {
-                self.send(WorkerCmd::Neighbor {
+                self.broadcast(|| WorkerCmd::Neighbor {
                     port: e.id,
                     addr: key.1,
                     mac: None,
@@ -622,7 +730,7 @@ impl Control {
         for (dev, addr, mac) in changed {
             if let Some(&port) = uplinks.get(dev.as_str()) {
                 tracing::info!(port = %dev, %addr, "neighbour learned from the kernel");
-                let _ = self.send(WorkerCmd::Neighbor {
+                let _ = self.broadcast(|| WorkerCmd::Neighbor {
                     port,
                     addr: IpAddr::V4(addr),
                     mac: Some(mac),
@@ -634,9 +742,14 @@ impl Control {
         }
     }
 
-    /// The worker's counters, if it answers.
-    pub fn snapshot(&self) -> Option<WorkerSnapshot> {
-        self.worker.snapshot()
+    /// Each worker's counters (`None` for a worker that does not answer).
+    pub fn snapshots(&self) -> Vec<Option<WorkerSnapshot>> {
+        self.workers.iter().map(|w| w.snapshot()).collect()
+    }
+
+    /// The workers' cores (`None`: not pinned).
+    pub fn cores(&self) -> Vec<Option<usize>> {
+        self.workers.iter().map(|w| w.core).collect()
     }
 
     /// Routes in the FIB.
@@ -653,45 +766,70 @@ impl Control {
     }
 
     fn stats(&self) -> api::Stats {
-        let snap = self.snapshot().unwrap_or_default();
-        let c = snap.counters;
-        let drops = crate::counters::DropReason::ALL
-            .iter()
-            .map(|r| (r.name().to_owned(), c.drops_for(*r)))
+        let workers = self
+            .snapshots()
+            .into_iter()
+            .enumerate()
+            .map(|(i, snap)| {
+                let snap = snap.unwrap_or_default();
+                let c = snap.counters;
+                let drops = crate::counters::DropReason::ALL
+                    .iter()
+                    .map(|r| (r.name().to_owned(), c.drops_for(*r)))
+                    .collect();
+                api::WorkerStats {
+                    worker: i as u32,
+                    core: self.workers[i].core.map(|c| c as u32),
+                    rx_packets: c.rx_packets,
+                    tx_packets: c.tx_packets,
+                    drops,
+                    busy_polls: snap.busy_polls,
+                    idle_polls: snap.idle_polls,
+                }
+            })
             .collect();
         api::Stats {
-            workers: vec![api::WorkerStats {
-                worker: 0,
-                core: self.worker.core.map(|c| c as u32),
-                rx_packets: c.rx_packets,
-                tx_packets: c.tx_packets,
-                drops,
-                busy_polls: snap.busy_polls,
-                idle_polls: snap.idle_polls,
-            }],
+            workers,
             routes: self.fib.len() as u64,
             ports: self.ports.len() as u64,
         }
     }
 
     fn dump_ports(&self) -> Vec<api::PortStatus> {
-        let snap = self.snapshot().unwrap_or_default();
+        let snaps = self.snapshots();
         self.ports
             .values()
             .map(|e| {
-                let s = snap.ports.get(e.id as usize).copied().unwrap_or_default();
+                // A port split over workers: its counters are the sum of
+                // its parts (stand-ins count nothing).
+                let mut counters = api::PortCounters::default();
+                for &w in &e.owners {
+                    let s = snaps
+                        .get(w)
+                        .and_then(|s| s.as_ref())
+                        .and_then(|s| s.ports.get(e.id as usize).copied())
+                        .unwrap_or_default();
+                    counters.rx_packets += s.rx_packets;
+                    counters.rx_bytes += s.rx_bytes;
+                    counters.tx_packets += s.tx_packets;
+                    counters.tx_bytes += s.tx_bytes;
+                }
                 api::PortStatus {
                     spec: e.spec.clone(),
                     backend: e.backend.to_owned(),
-                    worker: 0,
-                    counters: api::PortCounters {
-                        rx_packets: s.rx_packets,
-                        rx_bytes: s.rx_bytes,
-                        tx_packets: s.tx_packets,
-                        tx_bytes: s.tx_bytes,
-                    },
+                    worker: e.owners.first().copied().unwrap_or(0) as u32,
+                    counters,
                 }
             })
+            .collect()
+    }
+
+    /// Ports by name with their slot, backend and owning workers, for
+    /// metrics.
+    pub fn port_owners(&self) -> Vec<(String, PortId, &'static str, Vec<usize>)> {
+        self.ports
+            .iter()
+            .map(|(n, e)| (n.clone(), e.id, e.backend, e.owners.clone()))
             .collect()
     }
 
@@ -699,10 +837,13 @@ impl Control {
     /// and the node has an address).
     pub fn health(&self) -> api::Health {
         let mut problems = Vec::new();
-        let live = self.snapshot().is_some();
-        if !live {
-            problems.push("worker 0 does not answer".to_owned());
+        let snaps = self.snapshots();
+        for (i, s) in snaps.iter().enumerate() {
+            if s.is_none() {
+                problems.push(format!("worker {i} does not answer"));
+            }
         }
+        let live = snaps.iter().all(Option::is_some);
         if !self
             .ports
             .values()

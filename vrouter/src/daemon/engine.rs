@@ -1,8 +1,13 @@
-//! A worker on its own thread, pinned to a core, taking updates from the
-//! control thread over a crossbeam channel between two polls, so a port,
-//! a neighbour or the node's settings change without stopping it. The FIB
-//! needs no message: the worker reads the control thread's FIB through its
-//! `FibReader` (one snapshot per burst).
+//! Workers on their own threads, each pinned to a core, taking updates from
+//! the control thread over a crossbeam channel between two polls, so a
+//! port, a neighbour or the node's settings change without stopping them.
+//! The FIB needs no message: every worker reads the control thread's FIB
+//! through its own `FibReader` (one snapshot per burst).
+//!
+//! Several workers share one UMEM, each owning a range of its chunks
+//! ([`crate::port::handoff`]); every worker has a slot for every port,
+//! holding the port itself (or its share of the port's queues) where the
+//! worker owns it and a [`crate::port::handoff::RemotePort`] elsewhere.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -15,9 +20,12 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use crate::counters::Counters;
 use crate::daemon::spec::Polling;
 use crate::endpoint::Endpoint;
+use crate::fib::Fib;
+use crate::frame::FrameArena;
 use crate::frame::{Port, PortId};
 use crate::pipeline::PipelineConfig;
-use crate::worker::{PortStats, Worker};
+use crate::port::handoff::FrameHomes;
+use crate::worker::{HandoffStats, PortStats, Worker};
 
 /// An update for a worker.
 pub enum WorkerCmd {
@@ -29,6 +37,8 @@ pub enum WorkerCmd {
         port: Box<dyn Port>,
         /// Its endpoint.
         endpoint: Endpoint,
+        /// The port belongs to another worker (`port` is its stand-in).
+        remote: bool,
     },
     /// Close the port in slot `id`.
     DetachPort {
@@ -75,6 +85,11 @@ pub struct WorkerSnapshot {
     pub batch_sizes: [u64; BATCH_BUCKETS.len()],
     /// Sum of received-frame counts over busy loops (for the histogram sum).
     pub batch_sum: u64,
+    /// Frames exchanged with other workers.
+    pub handoff: HandoffStats,
+    /// Which slots hold another worker's port (their TX is counted by the
+    /// owner).
+    pub remote: Vec<bool>,
 }
 
 /// Upper bounds of the batch-size histogram buckets.
@@ -89,7 +104,7 @@ pub struct WorkerHandle {
     /// The core it is pinned to.
     pub core: Option<usize>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<WorkerSnapshot>>,
 }
 
 impl WorkerHandle {
@@ -112,11 +127,12 @@ impl WorkerHandle {
                 {
                     tracing::warn!(worker = index, core = id, "could not pin the worker");
                 }
-                poll_loop(&mut worker, &rx, polling, &s, &l);
+                let last = poll_loop(&mut worker, &rx, polling, &s, &l);
                 // Graceful stop: ports release their frames, programs detach.
                 for id in 0..worker.port_slots() {
                     worker.detach_port(id as PortId);
                 }
+                last
             })?;
         Ok(WorkerHandle {
             tx,
@@ -136,13 +152,76 @@ impl WorkerHandle {
     }
 
     /// Stops the worker and waits for it (its ports are released and their
-    /// programs detached before it returns). Idempotent.
-    pub fn join(&mut self) {
+    /// programs detached before it returns); returns its counters as they
+    /// were when it stopped polling (`None` on a second call, or if the
+    /// thread panicked).
+    pub fn join(&mut self) -> Option<WorkerSnapshot> {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.thread.take().and_then(|t| t.join().ok())
     }
+}
+
+/// The arenas of `workers` workers and what they share.
+pub struct Arenas {
+    /// One per worker.
+    pub arenas: Vec<FrameArena>,
+    /// The UMEM's handle (AF_XDP), to bind sockets on it.
+    pub umem: Option<brindle_xsk::UmemHandle>,
+    /// The workers' chunk ranges and mailboxes.
+    pub homes: Arc<FrameHomes>,
+}
+
+impl Arenas {
+    /// Heap arenas for AF_PACKET only: one worker (frames cannot cross
+    /// workers without a shared region).
+    pub fn heap(frames: u32) -> std::io::Result<Arenas> {
+        Ok(Arenas {
+            arenas: vec![FrameArena::new_heap(frames, 2048)],
+            umem: None,
+            homes: FrameHomes::new(1, frames, 2048)?,
+        })
+    }
+
+    /// `workers` arenas over one UMEM of `umem`'s frames, split in ranges.
+    pub fn shared_umem(umem: brindle_xsk::Umem, workers: usize) -> std::io::Result<Arenas> {
+        let (frames, frame_size) = (umem.frame_count(), umem.frame_size());
+        let (arenas, handle) = crate::port::xdp::umem_arenas(umem, workers.max(1));
+        Ok(Arenas {
+            arenas,
+            umem: Some(handle),
+            homes: FrameHomes::new(workers.max(1), frames, frame_size)?,
+        })
+    }
+
+    /// One worker per arena, each with its range, its own FIB reader and
+    /// the same settings.
+    pub fn into_workers(self, cfg: &PipelineConfig, fib: &Fib) -> Vec<Worker> {
+        let homes = self.homes;
+        self.arenas
+            .into_iter()
+            .enumerate()
+            .map(|(i, arena)| {
+                let mut w = Worker::new(arena, cfg.clone(), fib.reader());
+                w.set_home(homes.home(i));
+                w
+            })
+            .collect()
+    }
+}
+
+/// Starts `workers`, worker `i` pinned to `cores[i]` (unpinned when there
+/// is no such core).
+pub fn spawn_all(
+    workers: Vec<Worker>,
+    cores: &[usize],
+    polling: Polling,
+    stop: &Arc<AtomicBool>,
+) -> std::io::Result<Vec<WorkerHandle>> {
+    workers
+        .into_iter()
+        .enumerate()
+        .map(|(i, w)| WorkerHandle::spawn(i, w, cores.get(i).copied(), polling, stop.clone()))
+        .collect()
 }
 
 struct Stats {
@@ -154,8 +233,13 @@ struct Stats {
 
 fn apply(worker: &mut Worker, cmd: WorkerCmd, stats: &Stats) {
     match cmd {
-        WorkerCmd::SetPort { id, port, endpoint } => {
-            if !worker.set_port(id, port, endpoint) {
+        WorkerCmd::SetPort {
+            id,
+            port,
+            endpoint,
+            remote,
+        } => {
+            if !worker.set_port_remote(id, port, endpoint, remote) {
                 tracing::error!(port = id, "port slot out of range");
             }
         }
@@ -177,18 +261,26 @@ fn apply(worker: &mut Worker, cmd: WorkerCmd, stats: &Stats) {
         WorkerCmd::Config(cfg) => worker.pipeline_mut().set_config(cfg),
         WorkerCmd::TunnelPeers(peers) => worker.pipeline_mut().set_tunnel_peers(peers),
         WorkerCmd::Snapshot(reply) => {
-            let ports = (0..worker.port_slots())
-                .map(|i| worker.port_stats(i as PortId).unwrap_or_default())
-                .collect();
-            let _ = reply.send(WorkerSnapshot {
-                counters: worker.counters(),
-                ports,
-                busy_polls: stats.busy,
-                idle_polls: stats.idle,
-                batch_sizes: stats.batches,
-                batch_sum: stats.batch_sum,
-            });
+            let _ = reply.send(snapshot(worker, stats));
         }
+    }
+}
+
+fn snapshot(worker: &Worker, stats: &Stats) -> WorkerSnapshot {
+    let ports = (0..worker.port_slots())
+        .map(|i| worker.port_stats(i as PortId).unwrap_or_default())
+        .collect();
+    WorkerSnapshot {
+        counters: worker.counters(),
+        ports,
+        busy_polls: stats.busy,
+        idle_polls: stats.idle,
+        batch_sizes: stats.batches,
+        batch_sum: stats.batch_sum,
+        handoff: worker.handoff_stats(),
+        remote: (0..worker.port_slots())
+            .map(|i| worker.is_remote(i as PortId))
+            .collect(),
     }
 }
 
@@ -203,7 +295,7 @@ pub fn poll_loop(
     polling: Polling,
     stop: &AtomicBool,
     loops: &AtomicU64,
-) {
+) -> WorkerSnapshot {
     const SPIN_BEFORE_SLEEP: u32 = 1024;
     const MIN_SLEEP: Duration = Duration::from_micros(10);
     const MAX_SLEEP: Duration = Duration::from_millis(1);
@@ -220,7 +312,7 @@ pub fn poll_loop(
             match commands.try_recv() {
                 Ok(cmd) => apply(worker, cmd, &stats),
                 Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => return,
+                Err(TryRecvError::Disconnected) => return snapshot(worker, &stats),
             }
         }
         let n = worker.poll_once(Instant::now());
@@ -235,9 +327,15 @@ pub fn poll_loop(
             stats.batches[bucket] += 1;
             idle_run = 0;
             sleep = MIN_SLEEP;
+            if stats.busy.is_multiple_of(1024) {
+                worker.sync_peer_macs();
+            }
             continue;
         }
         stats.idle += 1;
+        if stats.idle.is_multiple_of(256) {
+            worker.sync_peer_macs();
+        }
         if polling == Polling::Busy {
             continue;
         }
@@ -245,7 +343,7 @@ pub fn poll_loop(
         if idle_run <= SPIN_BEFORE_SLEEP {
             continue;
         }
-        if polling == Polling::Interrupt {
+        if matches!(polling, Polling::Interrupt | Polling::BusyPoll) {
             // Commands wait at most this long too.
             worker.wait_for_frames(100);
         } else {
@@ -253,4 +351,5 @@ pub fn poll_loop(
             sleep = (sleep * 2).min(MAX_SLEEP);
         }
     }
+    snapshot(worker, &stats)
 }

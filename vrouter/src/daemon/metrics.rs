@@ -1,8 +1,10 @@
 //! Prometheus metrics and health on 127.0.0.1:9092: `/metrics`, `/healthz`
 //! (the worker answers), `/readyz` (uplink attached, node address set).
 //!
-//! Metrics are rendered from one snapshot of the worker per scrape into a
-//! fresh `prometheus-client` registry, so the worker never touches an
+//! Metrics are rendered from one snapshot of each worker per scrape into a
+//! fresh `prometheus-client` registry (series labelled `worker="N"`; a
+//! port's series come from the workers that own it or a share of its
+//! queues), so a worker never touches an
 //! atomic or a lock per packet for them: its counters are plain integers in
 //! its own memory, copied out on request between two polls.
 
@@ -40,129 +42,86 @@ struct DropLabels {
     reason: String,
 }
 
-/// The batch-size histogram of one snapshot, encoded as a histogram.
+/// One worker's histogram: buckets (upper bound, count), sum, count.
+type WorkerHistogram = (Vec<(f64, u64)>, f64, u64);
+
+/// The batch-size histograms of the workers' snapshots.
 #[derive(Debug)]
 struct BatchHistogram {
-    buckets: Vec<(f64, u64)>,
-    sum: f64,
-    count: u64,
+    /// Per worker: buckets, sum, count.
+    workers: Vec<WorkerHistogram>,
 }
 
 impl Collector for BatchHistogram {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let labels = WorkerLabels { worker: "0".into() };
         let mut metric = encoder.encode_descriptor(
             "brindle_vrouter_rx_batch_frames",
             "Frames per non-empty receive burst",
             None,
             MetricType::Histogram,
         )?;
-        let mut family = metric.encode_family(&labels)?;
-        family.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-            self.sum,
-            self.count,
-            &self.buckets,
-            None,
-        )
+        for (i, (buckets, sum, count)) in self.workers.iter().enumerate() {
+            let labels = WorkerLabels {
+                worker: i.to_string(),
+            };
+            let mut family = metric.encode_family(&labels)?;
+            family.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                *sum, *count, buckets, None,
+            )?;
+        }
+        Ok(())
     }
 }
 
-/// Renders the snapshot in the Prometheus text format.
-pub fn render(
-    snapshot: &WorkerSnapshot,
-    ports: &[(String, crate::frame::PortId, &'static str)],
-    routes: u64,
-) -> String {
+/// A port in the metrics: name, slot, backend, owning workers.
+pub type PortRow = (String, crate::frame::PortId, &'static str, Vec<usize>);
+
+/// Renders the workers' snapshots (index = worker) in the Prometheus text
+/// format.
+pub fn render(snapshots: &[WorkerSnapshot], ports: &[PortRow], routes: u64) -> String {
     let mut registry = Registry::with_prefix("brindle_vrouter");
-    let w = WorkerLabels { worker: "0".into() };
-    let c = &snapshot.counters;
-    for (name, help, value) in [
-        (
-            "worker_rx_packets",
-            "Frames received by the worker",
-            c.rx_packets,
-        ),
-        (
-            "worker_rx_bytes",
-            "Bytes received by the worker",
-            c.rx_bytes,
-        ),
-        (
-            "worker_tx_packets",
-            "Frames transmitted by the worker",
-            c.tx_packets,
-        ),
-        (
-            "worker_tx_bytes",
-            "Bytes transmitted by the worker",
-            c.tx_bytes,
-        ),
-        ("worker_forwarded", "Packets routed", c.forwarded),
-        ("worker_arp_replies", "Proxy ARP replies", c.arp_replies),
-        (
-            "worker_encap_ipip",
-            "Packets encapsulated in IPIP",
-            c.encap_ipip,
-        ),
-        (
-            "worker_encap_vxlan",
-            "Packets encapsulated in VXLAN",
-            c.encap_vxlan,
-        ),
-        (
-            "worker_decap_ipip",
-            "IPIP packets decapsulated",
-            c.decap_ipip,
-        ),
-        (
-            "worker_decap_vxlan",
-            "VXLAN packets decapsulated",
-            c.decap_vxlan,
-        ),
-        (
-            "worker_busy_polls",
-            "Poll loops that received frames",
-            snapshot.busy_polls,
-        ),
-        (
-            "worker_idle_polls",
-            "Poll loops that received none",
-            snapshot.idle_polls,
-        ),
-    ] {
-        let f = Family::<WorkerLabels, Counter>::default();
-        f.get_or_create(&w).inc_by(value);
-        registry.register(name, help, f);
-    }
+    let families: Vec<Family<WorkerLabels, Counter>> = (0..16).map(|_| Family::default()).collect();
     let drops = Family::<DropLabels, Counter>::default();
-    for r in DropReason::ALL {
-        drops
-            .get_or_create(&DropLabels {
-                worker: "0".into(),
-                reason: r.name().into(),
-            })
-            .inc_by(c.drops_for(r));
+    for (i, snapshot) in snapshots.iter().enumerate() {
+        let w = WorkerLabels {
+            worker: i.to_string(),
+        };
+        for (f, value) in families.iter().zip(worker_values(snapshot)) {
+            f.get_or_create(&w).inc_by(value);
+        }
+        for r in DropReason::ALL {
+            drops
+                .get_or_create(&DropLabels {
+                    worker: i.to_string(),
+                    reason: r.name().into(),
+                })
+                .inc_by(snapshot.counters.drops_for(r));
+        }
+    }
+    for ((name, help), f) in WORKER_SERIES.iter().zip(families) {
+        registry.register(*name, *help, f);
     }
     registry.register("worker_drops", "Frames dropped, by reason", drops);
     let rx_p = Family::<PortLabels, Counter>::default();
     let rx_b = Family::<PortLabels, Counter>::default();
     let tx_p = Family::<PortLabels, Counter>::default();
     let tx_b = Family::<PortLabels, Counter>::default();
-    for (name, id, backend) in ports {
-        let l = PortLabels {
-            port: name.clone(),
-            backend: (*backend).into(),
-            worker: "0".into(),
-        };
-        let s = snapshot
-            .ports
-            .get(*id as usize)
-            .copied()
-            .unwrap_or_default();
-        rx_p.get_or_create(&l).inc_by(s.rx_packets);
-        rx_b.get_or_create(&l).inc_by(s.rx_bytes);
-        tx_p.get_or_create(&l).inc_by(s.tx_packets);
-        tx_b.get_or_create(&l).inc_by(s.tx_bytes);
+    for (name, id, backend, owners) in ports {
+        for &w in owners {
+            let l = PortLabels {
+                port: name.clone(),
+                backend: (*backend).into(),
+                worker: w.to_string(),
+            };
+            let s = snapshots
+                .get(w)
+                .and_then(|s| s.ports.get(*id as usize).copied())
+                .unwrap_or_default();
+            rx_p.get_or_create(&l).inc_by(s.rx_packets);
+            rx_b.get_or_create(&l).inc_by(s.rx_bytes);
+            tx_p.get_or_create(&l).inc_by(s.tx_packets);
+            tx_b.get_or_create(&l).inc_by(s.tx_bytes);
+        }
     }
     registry.register("port_rx_packets", "Frames received on the port", rx_p);
     registry.register("port_rx_bytes", "Bytes received on the port", rx_b);
@@ -175,19 +134,81 @@ pub fn render(
     g.set(ports.len() as i64);
     registry.register("ports", "Ports attached", g);
     registry.register_collector(Box::new(BatchHistogram {
-        buckets: BATCH_BUCKETS
+        workers: snapshots
             .iter()
-            .zip(snapshot.batch_sizes)
-            .map(|(&le, n)| (le as f64, n))
+            .map(|s| {
+                (
+                    BATCH_BUCKETS
+                        .iter()
+                        .zip(s.batch_sizes)
+                        .map(|(&le, n)| (le as f64, n))
+                        .collect(),
+                    s.batch_sum as f64,
+                    s.batch_sizes.iter().sum(),
+                )
+            })
             .collect(),
-        sum: snapshot.batch_sum as f64,
-        count: snapshot.batch_sizes.iter().sum(),
     }));
     let mut out = String::new();
     if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
         out.clear();
     }
     out
+}
+
+/// Per-worker counter series: name and help, in [`worker_values`] order.
+const WORKER_SERIES: [(&str, &str); 16] = [
+    ("worker_rx_packets", "Frames received by the worker"),
+    ("worker_rx_bytes", "Bytes received by the worker"),
+    ("worker_tx_packets", "Frames transmitted by the worker"),
+    ("worker_tx_bytes", "Bytes transmitted by the worker"),
+    ("worker_forwarded", "Packets routed"),
+    ("worker_arp_replies", "Proxy ARP replies"),
+    ("worker_encap_ipip", "Packets encapsulated in IPIP"),
+    ("worker_encap_vxlan", "Packets encapsulated in VXLAN"),
+    ("worker_decap_ipip", "IPIP packets decapsulated"),
+    ("worker_decap_vxlan", "VXLAN packets decapsulated"),
+    ("worker_busy_polls", "Poll loops that received frames"),
+    ("worker_idle_polls", "Poll loops that received none"),
+    (
+        "worker_handoff_out",
+        "Frames sent to a port of another worker (by descriptor, shared UMEM)",
+    ),
+    (
+        "worker_handoff_in",
+        "Frames other workers handed to this worker's ports",
+    ),
+    (
+        "worker_handoff_drops",
+        "Handed-over frames the port's TX ring refused",
+    ),
+    (
+        "worker_handoff_returned",
+        "Chunks of this worker's range returned by other workers",
+    ),
+];
+
+fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 16] {
+    let c = &snapshot.counters;
+    let h = &snapshot.handoff;
+    [
+        c.rx_packets,
+        c.rx_bytes,
+        c.tx_packets,
+        c.tx_bytes,
+        c.forwarded,
+        c.arp_replies,
+        c.encap_ipip,
+        c.encap_vxlan,
+        c.decap_ipip,
+        c.decap_vxlan,
+        snapshot.busy_polls,
+        snapshot.idle_polls,
+        h.out,
+        h.r#in,
+        h.drops,
+        h.returned,
+    ]
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` until the process exits.
@@ -206,8 +227,12 @@ pub fn serve_http(listener: TcpListener, control: &Mutex<Control>) {
         let c = control.lock().unwrap_or_else(|e| e.into_inner());
         match path.as_str() {
             "/metrics" => {
-                let snap = c.snapshot().unwrap_or_default();
-                let body = render(&snap, &c.port_names(), c.routes());
+                let snaps: Vec<WorkerSnapshot> = c
+                    .snapshots()
+                    .into_iter()
+                    .map(Option::unwrap_or_default)
+                    .collect();
+                let body = render(&snaps, &c.port_owners(), c.routes());
                 drop(c);
                 http_reply(
                     &mut stream,

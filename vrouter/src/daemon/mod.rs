@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use crate::daemon::run::RunConfig;
-use crate::daemon::spec::{FileConfig, IoMode, NeighSpec, Polling, PortSpec, RouteSpec};
+use crate::daemon::spec::{CpuSpec, FileConfig, IoMode, NeighSpec, Polling, PortSpec, RouteSpec};
 
 /// Flags of `brindle-vrouter run`.
 #[derive(Clone, Debug, clap::Args)]
@@ -54,9 +54,11 @@ pub struct RunArgs {
     /// VXLAN UDP port [default: 4789].
     #[arg(long)]
     pub vxlan_port: Option<u16>,
-    /// Pin the worker to this core.
-    #[arg(long)]
-    pub cpu: Option<usize>,
+    /// Worker cores: one worker per core, each pinned: `1`, `0,1`, `0-1`
+    /// or `auto` (every core this process may use). Without it, one
+    /// unpinned worker.
+    #[arg(long, value_name = "CPUS")]
+    pub cpu: Option<String>,
     /// Polling policy [default: adaptive].
     #[arg(long, value_enum)]
     pub polling: Option<Polling>,
@@ -129,7 +131,10 @@ impl RunArgs {
                 .vxlan_port
                 .or(file.vxlan_port)
                 .unwrap_or(crate::wire::VXLAN_PORT),
-            cpu: self.cpu.or(file.cpu),
+            cores: match self.cpu.map(CpuSpec::List).or(file.cpu) {
+                Some(spec) => spec.cores()?,
+                None => Vec::new(),
+            },
             polling: self.polling.or(file.polling).unwrap_or_default(),
             io: self.io.or(file.io).unwrap_or_default(),
             umem_frames: self.umem_frames.or(file.umem_frames).unwrap_or(4096),

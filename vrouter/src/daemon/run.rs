@@ -1,6 +1,9 @@
-//! `brindle-vrouter run`: the static appliance mode. One worker, pinned to
-//! `cpu`, owns every port; the FIB, neighbours and ports come from the
-//! command line or a config file and do not change while it runs.
+//! `brindle-vrouter run`: the static appliance mode. One worker per core of
+//! `--cpu` (one unpinned worker without it), over one shared UMEM; each
+//! port's queues are spread over the workers (a one-queue port goes to the
+//! next worker in turn) and frames for another worker's port are handed
+//! over by descriptor. The FIB, neighbours and ports come from the command
+//! line or a config file and do not change while it runs.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -8,16 +11,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, bail};
-use brindle_xsk::{Role, Steering, SteeringConfig, Umem, UmemConfig, UmemHandle};
+use brindle_xsk::{BusyPoll, Role, Steering, SteeringConfig, Umem, UmemConfig};
 
 use crate::counters::{Counters, DropReason};
+use crate::daemon::engine::{Arenas, WorkerHandle, WorkerSnapshot, spawn_all};
 use crate::daemon::spec::{IoMode, NeighSpec, Polling, PortSpec, RouteSpec, RouteTarget};
 use crate::endpoint::{Endpoint, PortKind};
 use crate::fib::{Encap, Fib, NextHop};
-use crate::frame::{FrameArena, Port, PortId};
+use crate::frame::{Port, PortId};
 use crate::pipeline::PipelineConfig;
+use crate::port::handoff::RemotePort;
 use crate::port::packet::PacketPort;
-use crate::port::xdp::{LinkInfo, XdpPort, XdpPortConfig, umem_arena};
+use crate::port::xdp::{LinkInfo, XdpPort, XdpPortConfig};
 use crate::worker::Worker;
 
 /// Everything `run` needs.
@@ -38,8 +43,8 @@ pub struct RunConfig {
     pub vxlan_vni: u32,
     /// VXLAN UDP port.
     pub vxlan_port: u16,
-    /// Core to pin the worker to.
-    pub cpu: Option<usize>,
+    /// Cores of the workers, one worker each; empty: one unpinned worker.
+    pub cores: Vec<usize>,
     /// Polling policy.
     pub polling: Polling,
     /// Socket kind.
@@ -48,10 +53,17 @@ pub struct RunConfig {
     pub umem_frames: u32,
 }
 
-/// A built worker and the things that must live as long as it.
+/// Preferred busy polling's socket settings (`--polling busy-poll`): 20 µs
+/// of busy polling per call, up to 64 frames per round.
+pub const BUSY_POLL: BusyPoll = BusyPoll {
+    usecs: 20,
+    budget: 64,
+};
+
+/// Built workers and the things that must live as long as them.
 pub struct Dataplane {
-    /// The worker.
-    pub worker: Worker,
+    /// The workers, one per core (their slots name the same ports).
+    pub workers: Vec<Worker>,
     /// The FIB writer (kept so the reader stays valid).
     pub fib: Fib,
     /// The steering maps, when any port uses AF_XDP.
@@ -85,27 +97,38 @@ pub fn build(cfg: &RunConfig) -> anyhow::Result<Dataplane> {
     pipeline.vxlan_port = cfg.vxlan_port;
     let (mut fib, reader) = Fib::new();
 
-    let mut umem_handle: Option<UmemHandle> = None;
+    let wanted_workers = cfg.cores.len().max(1);
     let mut steering = None;
-    let arena = match cfg.io {
-        IoMode::Packet => FrameArena::new_heap(cfg.umem_frames, 2048),
+    let heap = |why: &str| -> anyhow::Result<Arenas> {
+        if wanted_workers > 1 {
+            tracing::warn!(
+                cores = ?cfg.cores,
+                "{why}: one worker (AF_PACKET frames live in a heap arena that workers cannot share)"
+            );
+        }
+        Ok(Arenas::heap(cfg.umem_frames)?)
+    };
+    let arenas = match cfg.io {
+        IoMode::Packet => heap("--io packet")?,
         IoMode::Xdp | IoMode::Auto => match open_umem(cfg.umem_frames) {
             Ok(umem) => {
-                let (arena, handle) = umem_arena(umem);
-                umem_handle = Some(handle);
                 steering = Some(
                     Steering::new(SteeringConfig::default()).context("create the steering maps")?,
                 );
-                arena
+                Arenas::shared_umem(umem, wanted_workers)?
             }
             Err(e) if cfg.io == IoMode::Auto => {
                 tracing::warn!(error = %format!("{e:#}"), "AF_XDP unavailable: every port uses AF_PACKET (one copy per frame)");
-                FrameArena::new_heap(cfg.umem_frames, 2048)
+                heap("AF_XDP unavailable")?
             }
             Err(e) => return Err(e),
         },
     };
-    let mut worker = Worker::new(arena, pipeline, reader);
+    let umem_handle = arenas.umem.clone();
+    let homes = arenas.homes.clone();
+    let mut workers = arenas.into_workers(&pipeline, &fib);
+    drop(reader);
+    let n_workers = workers.len();
 
     // Steering: pod prefixes are the prefixes routed to ports and to tunnels
     // (what the vrouter must see); the node address turns on IPIP/VXLAN.
@@ -139,11 +162,17 @@ pub fn build(cfg: &RunConfig) -> anyhow::Result<Dataplane> {
         }
     }
 
-    let xdp_config = XdpPortConfig {
-        umem_frames: worker.arena().frames(),
-        frame_size: worker.arena().frame_size(),
+    let mut xdp_config = XdpPortConfig {
+        umem_frames: workers[0].arena().frames(),
+        frame_size: workers[0].arena().frame_size(),
         ..XdpPortConfig::default()
     };
+    if cfg.polling == Polling::BusyPoll {
+        xdp_config.socket.busy_poll = Some(BUSY_POLL);
+    }
+    // One-queue ports go to the workers in turn; a port's queues are
+    // spread starting at the next worker.
+    let mut next_worker = 0usize;
     let mut ids: HashMap<String, PortId> = HashMap::new();
     let mut port_routes: Vec<(ipnet::IpNet, PortId)> = Vec::new();
     let mut port_names = Vec::new();
@@ -157,13 +186,27 @@ pub fn build(cfg: &RunConfig) -> anyhow::Result<Dataplane> {
             (false, PortKind::Pod) => Role::Pod,
             (false, _) => Role::Uplink,
         };
-        let port: Box<dyn Port> = match (&umem_handle, &steering) {
+        let first = next_worker % n_workers;
+        let parts: Vec<(usize, Box<dyn Port>)> = match (&umem_handle, &steering) {
             (Some(handle), Some(s)) => {
                 match XdpPort::open(handle, s, &spec.name, role, link, &xdp_config) {
-                    Ok(p) => Box::new(p),
+                    Ok(p) => {
+                        let parts = p.split(n_workers, first);
+                        next_worker += parts.len();
+                        parts
+                            .into_iter()
+                            .map(|(w, mut part)| {
+                                part.set_home(homes.home(w));
+                                (w, Box::new(part) as Box<dyn Port>)
+                            })
+                            .collect()
+                    }
                     Err(e) if cfg.io == IoMode::Auto => {
                         tracing::warn!(port = %spec.name, error = %e, "AF_XDP cannot be opened: falling back to AF_PACKET (one copy per frame)");
-                        Box::new(PacketPort::open(&spec.name, link)?)
+                        let mut p = PacketPort::open(&spec.name, link)?;
+                        p.set_home(homes.home(first));
+                        next_worker += 1;
+                        vec![(first, Box::new(p))]
                     }
                     Err(e) => {
                         return Err(anyhow::Error::new(e))
@@ -171,10 +214,13 @@ pub fn build(cfg: &RunConfig) -> anyhow::Result<Dataplane> {
                     }
                 }
             }
-            _ => Box::new(
-                PacketPort::open(&spec.name, link)
-                    .with_context(|| format!("AF_PACKET port {}", spec.name))?,
-            ),
+            _ => {
+                let mut p = PacketPort::open(&spec.name, link)
+                    .with_context(|| format!("AF_PACKET port {}", spec.name))?;
+                p.set_home(homes.home(first));
+                next_worker += 1;
+                vec![(first, Box::new(p))]
+            }
         };
         let endpoint = match spec.kind {
             PortKind::Pod => Endpoint::pod(spec.addrs.clone(), None, link.mtu),
@@ -187,7 +233,32 @@ pub fn build(cfg: &RunConfig) -> anyhow::Result<Dataplane> {
                 peer_mac: None,
             },
         };
-        let id = worker.add_port(port, endpoint);
+        let id = workers[0].port_slots() as PortId;
+        let owner = parts.first().map_or(0, |(w, _)| *w);
+        let mut parts: Vec<Option<Box<dyn Port>>> = {
+            let mut v: Vec<Option<Box<dyn Port>>> = (0..n_workers).map(|_| None).collect();
+            for (w, p) in parts {
+                v[w] = Some(p);
+            }
+            v
+        };
+        for (w, worker) in workers.iter_mut().enumerate() {
+            let (port, remote): (Box<dyn Port>, bool) = match parts[w].take() {
+                Some(p) => (p, false),
+                None => (
+                    Box::new(RemotePort::new(
+                        &spec.name,
+                        link.mac,
+                        link.mtu,
+                        id,
+                        owner,
+                        homes.home(w),
+                    )),
+                    true,
+                ),
+            };
+            worker.set_port_remote(id, port, endpoint.clone(), remote);
+        }
         ids.insert(spec.name.clone(), id);
         port_names.push(spec.name.clone());
         for a in &spec.addrs {
@@ -246,35 +317,78 @@ pub fn build(cfg: &RunConfig) -> anyhow::Result<Dataplane> {
             None => (0..port_names.len() as PortId).collect(),
         };
         for id in ports {
-            worker.pipeline_mut().neigh_mut().insert(id, n.addr, n.mac);
-            if covering == Some(id)
-                && let Some(ep) = worker.pipeline_mut().ports_mut().get_mut(id)
-            {
-                ep.peer_mac = Some(n.mac);
+            for worker in &mut workers {
+                worker.pipeline_mut().neigh_mut().insert(id, n.addr, n.mac);
+                if covering == Some(id)
+                    && let Some(ep) = worker.pipeline_mut().ports_mut().get_mut(id)
+                {
+                    ep.peer_mac = Some(n.mac);
+                }
             }
         }
     }
 
     Ok(Dataplane {
-        worker,
+        workers,
         fib,
         steering,
         port_names,
     })
 }
 
-/// Polls until `stop` is set (the same loop as `serve`'s worker, with no
-/// commands); returns the worker's counters.
-pub fn run_worker(dp: &mut Dataplane, polling: Polling, stop: &AtomicBool) -> Counters {
-    let loops = std::sync::atomic::AtomicU64::new(0);
-    crate::daemon::engine::poll_loop(
-        &mut dp.worker,
-        &crossbeam_channel::never(),
-        polling,
-        stop,
-        &loops,
-    );
-    dp.worker.counters()
+/// Starts the workers, waits for `stop`, and returns each worker's last
+/// counters (in worker order) once they have stopped and released their
+/// ports.
+pub fn run_workers(
+    workers: Vec<Worker>,
+    cores: &[usize],
+    polling: Polling,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Vec<WorkerSnapshot>> {
+    let mut handles = spawn_all(workers, cores, polling, stop).context("start the workers")?;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok(stop_and_collect(&mut handles))
+}
+
+/// Each worker's counters as they were when it stopped polling (it then
+/// released its ports).
+fn stop_and_collect(handles: &mut [WorkerHandle]) -> Vec<WorkerSnapshot> {
+    handles
+        .iter_mut()
+        .map(|h| h.join().unwrap_or_default())
+        .collect()
+}
+
+/// The counters of several workers added up.
+pub fn sum_counters(snaps: &[WorkerSnapshot]) -> Counters {
+    let mut t = Counters::default();
+    for s in snaps {
+        let c = &s.counters;
+        t.rx_packets += c.rx_packets;
+        t.rx_bytes += c.rx_bytes;
+        t.tx_packets += c.tx_packets;
+        t.tx_bytes += c.tx_bytes;
+        t.forwarded += c.forwarded;
+        t.arp_replies += c.arp_replies;
+        t.nd_adverts += c.nd_adverts;
+        t.arp_requests += c.arp_requests;
+        t.arp_learned += c.arp_learned;
+        t.icmp_generated += c.icmp_generated;
+        t.encap_ipip += c.encap_ipip;
+        t.encap_vxlan += c.encap_vxlan;
+        t.decap_ipip += c.decap_ipip;
+        t.decap_vxlan += c.decap_vxlan;
+        t.generated += c.generated;
+        t.consumed += c.consumed;
+        t.neighbor_held += c.neighbor_held;
+        t.neighbor_released += c.neighbor_released;
+        for (sum, d) in t.drops.iter_mut().zip(c.drops) {
+            *sum += d;
+        }
+    }
+    t
 }
 
 /// Formats the counters as `key=value` pairs, non-zero drops by reason.
@@ -334,28 +448,42 @@ pub fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-/// The whole static mode: build, pin, poll until a signal, stop cleanly
-/// (dropping the ports detaches the programs and closes the sockets), and
-/// print the counters.
+/// The whole static mode: build, start the pinned workers, poll until a
+/// signal, stop cleanly (ports release their frames, programs detach,
+/// sockets close), and print the counters: the sum, then one line per
+/// worker with its hand-off counts.
 pub fn run(cfg: &RunConfig) -> anyhow::Result<()> {
     let stop = stop_on_signals()?;
-    let mut dp = build(cfg)?;
-    if let Some(cpu) = cfg.cpu {
-        let pinned = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
-        if !pinned {
-            tracing::warn!(cpu, "could not pin the worker to the core");
-        }
-    }
+    let dp = build(cfg)?;
     println!(
-        "running: {} port(s) [{}], {} route(s), polling {:?}",
+        "running: {} port(s) [{}], {} route(s), polling {:?}, {} worker(s) on cores {:?}",
         dp.port_names.len(),
         dp.port_names.join(", "),
         dp.fib.len(),
-        cfg.polling
+        cfg.polling,
+        dp.workers.len(),
+        cfg.cores
     );
-    let counters = run_worker(&mut dp, cfg.polling, &stop);
-    // Graceful stop: sockets close and programs detach here.
-    drop(dp);
-    println!("stopped: {}", format_counters(&counters));
+    let Dataplane {
+        workers,
+        fib,
+        steering,
+        port_names,
+    } = dp;
+    let snaps = run_workers(workers, &cfg.cores, cfg.polling, &stop)?;
+    // The workers have released their ports; the maps and FIB go last.
+    drop((fib, steering, port_names));
+    println!("stopped: {}", format_counters(&sum_counters(&snaps)));
+    for (i, s) in snaps.iter().enumerate() {
+        println!(
+            "worker {i}: {} busy_polls={} idle_polls={} handoff_out={} handoff_in={} handoff_drops={}",
+            format_counters(&s.counters),
+            s.busy_polls,
+            s.idle_polls,
+            s.handoff.out,
+            s.handoff.r#in,
+            s.handoff.drops
+        );
+    }
     Ok(())
 }

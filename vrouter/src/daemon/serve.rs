@@ -19,14 +19,12 @@ use brindle_xsk::{BindMode, Steering, SteeringConfig, Umem, UmemConfig, XdpMode}
 use serde::Deserialize;
 
 use crate::daemon::control::{Control, ControlParts};
-use crate::daemon::engine::WorkerHandle;
+use crate::daemon::engine::{Arenas, spawn_all};
 use crate::daemon::metrics;
 use crate::daemon::spec::{IoMode, Polling};
 use crate::fib::Fib;
-use crate::frame::FrameArena;
 use crate::pipeline::PipelineConfig;
-use crate::port::xdp::{XdpPortConfig, umem_arena};
-use crate::worker::Worker;
+use crate::port::xdp::XdpPortConfig;
 
 /// `/etc/brindle/vrouter.toml` (see `deploy/systemd/vrouter.toml`).
 #[derive(Clone, Debug, Deserialize)]
@@ -41,6 +39,9 @@ pub struct ServeConfig {
     pub cores: String,
     /// Back off when idle instead of spinning.
     pub adaptive_polling: bool,
+    /// The polling policy (`busy`, `adaptive`, `interrupt`, `busy-poll`);
+    /// when set, it wins over `adaptive_polling`.
+    pub polling: Option<Polling>,
     /// The programming socket.
     pub api: ApiConfig,
     /// The metrics endpoint.
@@ -91,6 +92,7 @@ impl Default for ServeConfig {
             uplink: String::new(),
             cores: "auto".into(),
             adaptive_polling: true,
+            polling: None,
             api: ApiConfig::default(),
             metrics: MetricsConfig::default(),
             xdp: XdpConfig::default(),
@@ -148,6 +150,9 @@ pub struct ServeArgs {
     /// UMEM frames (overrides `[xdp] umem_frames`).
     #[arg(long)]
     pub umem_frames: Option<u32>,
+    /// Polling policy (overrides `polling` and `adaptive_polling`).
+    #[arg(long, value_enum)]
+    pub polling: Option<Polling>,
 }
 
 impl ServeArgs {
@@ -175,6 +180,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.umem_frames {
             cfg.xdp.umem_frames = n;
+        }
+        if let Some(p) = self.polling {
+            cfg.polling = Some(p);
         }
         Ok(cfg)
     }
@@ -207,20 +215,25 @@ pub fn parse_cores(s: &str) -> anyhow::Result<Vec<usize>> {
     Ok(out)
 }
 
-/// Builds the worker and starts it; returns the control state.
+/// Builds the workers (one per configured core, over one shared UMEM) and
+/// starts them; returns the control state.
 pub fn start(cfg: &ServeConfig, stop: Arc<AtomicBool>) -> anyhow::Result<Control> {
     let cores = parse_cores(&cfg.cores)?;
-    if cores.len() > 1 {
-        tracing::info!(
-            ?cores,
-            "one worker on the first core: ports are not yet spread over several workers"
-        );
-    }
     let (fib, reader) = Fib::new();
+    drop(reader);
     let pipeline = PipelineConfig::new(Ipv4Addr::UNSPECIFIED, 24);
     let frames = cfg.xdp.umem_frames;
-    let (arena, umem, steering) = match cfg.io {
-        IoMode::Packet => (FrameArena::new_heap(frames, 2048), None, None),
+    let heap = |why: String| -> anyhow::Result<Arenas> {
+        if cores.len() > 1 {
+            tracing::warn!(
+                ?cores,
+                "{why}: one worker (AF_PACKET frames live in a heap arena that workers cannot share)"
+            );
+        }
+        Ok(Arenas::heap(frames)?)
+    };
+    let (arenas, steering) = match cfg.io {
+        IoMode::Packet => (heap("io = af_packet".into())?, None),
         io => {
             let opened = Umem::new(UmemConfig {
                 frame_count: frames,
@@ -228,21 +241,23 @@ pub fn start(cfg: &ServeConfig, stop: Arc<AtomicBool>) -> anyhow::Result<Control
             })
             .and_then(|u| Ok((u, Steering::new(SteeringConfig::default())?)));
             match opened {
-                Ok((umem, steering)) => {
-                    let (arena, handle) = umem_arena(umem);
-                    (arena, Some(handle), Some(steering))
-                }
+                Ok((umem, steering)) => (
+                    Arenas::shared_umem(umem, cores.len().max(1))?,
+                    Some(steering),
+                ),
                 Err(e) if io == IoMode::Auto => {
                     tracing::warn!(error = %e, "AF_XDP unavailable: ports use AF_PACKET (one copy per frame)");
-                    (FrameArena::new_heap(frames, 2048), None, None)
+                    (heap(format!("AF_XDP unavailable ({e})"))?, None)
                 }
                 Err(e) => return Err(e).context("UMEM and steering maps"),
             }
         }
     };
+    let umem = arenas.umem.clone();
+    let homes = arenas.homes.clone();
     let mut xdp = XdpPortConfig {
-        umem_frames: arena.frames(),
-        frame_size: arena.frame_size(),
+        umem_frames: arenas.arenas[0].frames(),
+        frame_size: arenas.arenas[0].frame_size(),
         ..XdpPortConfig::default()
     };
     xdp.socket.rx_size = cfg.xdp.ring_size;
@@ -260,16 +275,20 @@ pub fn start(cfg: &ServeConfig, stop: Arc<AtomicBool>) -> anyhow::Result<Control
         "generic" => XdpMode::Generic,
         _ => XdpMode::Auto,
     };
-    let worker = Worker::new(arena, pipeline.clone(), reader);
-    let polling = if cfg.adaptive_polling {
+    let polling = cfg.polling.unwrap_or(if cfg.adaptive_polling {
         Polling::Adaptive
     } else {
         Polling::Busy
-    };
-    let handle = WorkerHandle::spawn(0, worker, cores.first().copied(), polling, stop)
-        .context("start the worker")?;
+    });
+    if polling == Polling::BusyPoll {
+        xdp.socket.busy_poll = Some(crate::daemon::run::BUSY_POLL);
+    }
+    let workers = arenas.into_workers(&pipeline, &fib);
+    let handles = spawn_all(workers, &cores, polling, &stop).context("start the workers")?;
+    tracing::info!(workers = handles.len(), ?cores, ?polling, "workers started");
     Ok(Control::new(ControlParts {
-        worker: handle,
+        workers: handles,
+        homes,
         fib,
         steering,
         umem,

@@ -197,6 +197,37 @@ pub enum Polling {
     /// (up to 100 ms at a time) until frames arrive: the least CPU when
     /// idle, a wake-up's latency on the first frame of a burst.
     Interrupt,
+    /// Preferred busy polling: the AF_XDP sockets get SO_PREFER_BUSY_POLL,
+    /// SO_BUSY_POLL (20 µs) and SO_BUSY_POLL_BUDGET (64), every receive
+    /// starts with a recvfrom that runs the queue's NAPI in the worker's
+    /// context, and the interface gets napi_defer_hard_irqs=2 and
+    /// gro_flush_timeout=200000 if it had neither (restored on close), so
+    /// the kernel's softirq leaves the queue to the worker. Idle, the worker
+    /// blocks in poll(2), which busy-polls too.
+    #[serde(rename = "busy-poll", alias = "busy_poll")]
+    #[value(name = "busy-poll")]
+    BusyPoll,
+}
+
+/// The worker cores of `run`: one core (`cpu = 1`) or a CPU list
+/// (`cpu = "0,1"`, `"0-1"`, `"auto"`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum CpuSpec {
+    /// One core.
+    One(usize),
+    /// A CPU list or "auto".
+    List(String),
+}
+
+impl CpuSpec {
+    /// The cores it names.
+    pub fn cores(&self) -> anyhow::Result<Vec<usize>> {
+        match self {
+            CpuSpec::One(c) => Ok(vec![*c]),
+            CpuSpec::List(s) => crate::daemon::serve::parse_cores(s),
+        }
+    }
 }
 
 /// Which socket kind ports use.
@@ -234,8 +265,8 @@ pub struct FileConfig {
     pub vxlan_vni: Option<u32>,
     /// VXLAN UDP port.
     pub vxlan_port: Option<u16>,
-    /// Core to pin the worker to.
-    pub cpu: Option<usize>,
+    /// Cores of the workers (one worker per core).
+    pub cpu: Option<CpuSpec>,
     /// Polling policy.
     pub polling: Option<Polling>,
     /// Socket kind.
@@ -322,6 +353,11 @@ mod tests {
         .unwrap();
         assert_eq!(c.polling, Some(Polling::Busy));
         assert_eq!(c.io, Some(IoMode::Packet));
+        let c: FileConfig = toml::from_str("polling = \"busy-poll\"\ncpu = \"0,1\"").unwrap();
+        assert_eq!(c.polling, Some(Polling::BusyPoll));
+        assert_eq!(c.cpu.unwrap().cores().unwrap(), vec![0, 1]);
+        let c: FileConfig = toml::from_str("cpu = 1").unwrap();
+        assert_eq!(c.cpu.unwrap().cores().unwrap(), vec![1]);
         assert!(toml::from_str::<FileConfig>("portz = []").is_err());
     }
 }

@@ -3,6 +3,7 @@
 //! demo, a replay port for benchmarks, pcap-writer middleware, and the
 //! placeholder of a detached slot.
 
+pub mod handoff;
 pub mod memory;
 pub mod pcap;
 

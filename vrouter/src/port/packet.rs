@@ -29,6 +29,8 @@ pub struct PacketPort {
     chunks: Vec<u64>,
     descs: Vec<Desc>,
     pending_kick: bool,
+    /// Where chunks of other workers go back (shared UMEM).
+    home: Option<crate::port::handoff::FrameHome>,
 }
 
 impl PacketPort {
@@ -45,7 +47,14 @@ impl PacketPort {
             chunks: vec![0; BURST],
             descs: vec![Desc::default(); BURST],
             pending_kick: false,
+            home: None,
         })
+    }
+
+    /// Chunks of other workers (frames they handed over) go back to them
+    /// through `home` once copied out.
+    pub fn set_home(&mut self, home: crate::port::handoff::FrameHome) {
+        self.home = Some(home);
     }
 
     /// The socket's counters.
@@ -113,7 +122,10 @@ impl Port for PacketPort {
         }
         // The bytes are on the kernel's ring now: the chunks are free.
         for d in &descs[..taken] {
-            arena.free(d.addr);
+            match &self.home {
+                Some(h) => h.free(arena, d.addr),
+                None => arena.free(d.addr),
+            }
         }
         self.pending_kick = !self.socket.kick_tx().unwrap_or(false) && taken > 0;
         taken

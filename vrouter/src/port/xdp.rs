@@ -21,6 +21,7 @@ use brindle_xsk::{
 
 use crate::frame::{ArenaMemory, FrameArena, FrameDesc, Port, PortPoll};
 use crate::pipeline::BURST;
+use crate::port::handoff::FrameHome;
 
 impl ArenaMemory for Umem {
     fn bytes(&self) -> &[u8] {
@@ -39,6 +40,20 @@ pub fn umem_arena(umem: Umem) -> (FrameArena, UmemHandle) {
     (FrameArena::from_memory(Box::new(umem), frame_size), handle)
 }
 
+/// One arena per worker over one shared `umem`: every arena sees the whole
+/// region, and [`FrameHome::claim_range`] (through `Worker::set_home`)
+/// leaves each worker only its own range of chunks.
+pub fn umem_arenas(umem: Umem, workers: usize) -> (Vec<FrameArena>, UmemHandle) {
+    let handle = umem.handle();
+    let frame_size = umem.frame_size();
+    let arenas = umem
+        .split(workers)
+        .into_iter()
+        .map(|part| FrameArena::from_memory(Box::new(part), frame_size))
+        .collect();
+    (arenas, handle)
+}
+
 /// Counters of one AF_XDP port, beyond the pipeline's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct XdpPortStats {
@@ -46,7 +61,9 @@ pub struct XdpPortStats {
     pub tx_kicks: u64,
     /// Kicks that failed with an error other than "busy".
     pub tx_kick_errors: u64,
-    /// RX wake-ups made because the fill ring asked for one.
+    /// RX wake-ups made because the fill ring asked for one (or, with
+    /// preferred busy polling, every receive: that recvfrom runs the
+    /// queue's NAPI in the worker's context).
     pub rx_wakeups: u64,
 }
 
@@ -78,6 +95,96 @@ pub struct XdpPort {
     descs: Vec<Desc>,
     addrs: Vec<u64>,
     stats: XdpPortStats,
+    /// Where chunks of other workers go back (shared UMEM); `None`: the
+    /// arena owns every chunk.
+    home: Option<FrameHome>,
+    /// Preferred busy polling is on: every receive starts with a
+    /// recvfrom (the kernel's AF_XDP busy-poll protocol).
+    busy_poll: bool,
+    /// The interface's NAPI settings before busy polling changed them
+    /// (restored when the port closes).
+    napi_restore: Option<NapiSettings>,
+}
+
+/// `napi_defer_hard_irqs` and `gro_flush_timeout` of an interface: with
+/// both zero the kernel keeps running the queue from its softirq and
+/// preferred busy polling has nothing to take over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NapiSettings {
+    ifname: String,
+    defer_hard_irqs: String,
+    gro_flush_timeout: String,
+}
+
+/// What busy-poll mode writes when the interface has neither set: defer two
+/// hard interrupts and flush after 200 µs (the values of the kernel's
+/// AF_XDP documentation).
+pub const BUSY_POLL_NAPI: (&str, &str) = ("2", "200000");
+
+impl NapiSettings {
+    fn path(ifname: &str, knob: &str) -> std::path::PathBuf {
+        std::path::Path::new("/sys/class/net")
+            .join(ifname)
+            .join(knob)
+    }
+
+    /// Reads the interface's settings.
+    pub fn read(ifname: &str) -> std::io::Result<NapiSettings> {
+        let read = |k| std::fs::read_to_string(Self::path(ifname, k)).map(|s| s.trim().to_owned());
+        Ok(NapiSettings {
+            ifname: ifname.to_owned(),
+            defer_hard_irqs: read("napi_defer_hard_irqs")?,
+            gro_flush_timeout: read("gro_flush_timeout")?,
+        })
+    }
+
+    fn write(&self, defer: &str, timeout: &str) -> std::io::Result<()> {
+        std::fs::write(Self::path(&self.ifname, "napi_defer_hard_irqs"), defer)?;
+        std::fs::write(Self::path(&self.ifname, "gro_flush_timeout"), timeout)
+    }
+
+    /// Whether the kernel will let a busy-polling socket own the queue.
+    pub fn defers(&self) -> bool {
+        self.defer_hard_irqs != "0" && self.gro_flush_timeout != "0"
+    }
+
+    /// Puts the interface's values back.
+    pub fn restore(&self) -> std::io::Result<()> {
+        self.write(&self.defer_hard_irqs, &self.gro_flush_timeout)
+    }
+}
+
+/// Makes `ifname` ready for preferred busy polling; returns the values to
+/// restore, if it changed them. Logs why busy polling will not take over
+/// when it cannot.
+fn prepare_busy_poll(ifname: &str) -> Option<NapiSettings> {
+    let before = match NapiSettings::read(ifname) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(port = ifname, error = %e, "cannot read napi_defer_hard_irqs/gro_flush_timeout: preferred busy polling may not take over the queue");
+            return None;
+        }
+    };
+    if before.defers() {
+        return None;
+    }
+    match before.write(BUSY_POLL_NAPI.0, BUSY_POLL_NAPI.1) {
+        Ok(()) => {
+            tracing::info!(
+                port = ifname,
+                napi_defer_hard_irqs = BUSY_POLL_NAPI.0,
+                gro_flush_timeout = BUSY_POLL_NAPI.1,
+                "preferred busy polling: set the interface's NAPI deferral (restored on close)"
+            );
+            Some(before)
+        }
+        Err(e) => {
+            tracing::warn!(port = ifname, error = %e, "preferred busy polling needs napi_defer_hard_irqs and gro_flush_timeout on the device and they cannot be set: the kernel's softirq keeps running the queue");
+            // Put back whichever half was written.
+            let _ = before.restore();
+            None
+        }
+    }
 }
 
 /// How to open an [`XdpPort`].
@@ -147,10 +254,33 @@ impl XdpPort {
     ) -> brindle_xsk::Result<XdpPort> {
         let ifindex = brindle_xsk::ifindex(ifname)?;
         let count = rx_queue_count(ifname).min(config.max_queues.max(1));
+        let mut socket_config = config.socket;
+        let napi_restore = if socket_config.busy_poll.is_some() {
+            prepare_busy_poll(ifname)
+        } else {
+            None
+        };
         let mut queues = Vec::with_capacity(count as usize);
         for q in 0..count {
+            let socket = match XskSocket::bind_handle(umem, ifindex, q, &socket_config) {
+                Err(e) if socket_config.busy_poll.is_some() => {
+                    tracing::warn!(port = ifname, queue = q, error = %e, "the kernel refused preferred busy polling (SO_PREFER_BUSY_POLL/SO_BUSY_POLL/SO_BUSY_POLL_BUDGET): this port polls without it");
+                    socket_config.busy_poll = None;
+                    XskSocket::bind_handle(umem, ifindex, q, &socket_config)
+                }
+                other => other,
+            };
+            let socket = match socket {
+                Ok(s) => s,
+                Err(e) => {
+                    if let Some(n) = &napi_restore {
+                        let _ = n.restore();
+                    }
+                    return Err(e);
+                }
+            };
             queues.push(Queue {
-                socket: XskSocket::bind_handle(umem, ifindex, q, &config.socket)?,
+                socket,
                 on_fill_ring: 0,
             });
         }
@@ -164,6 +294,7 @@ impl XdpPort {
             queues = count,
             xdp_mode = ?attachment.mode(),
             zero_copy = queues[0].socket.is_zero_copy(),
+            busy_poll = socket_config.busy_poll.is_some(),
             "AF_XDP port open"
         );
         let budget = match role {
@@ -184,7 +315,88 @@ impl XdpPort {
             descs: vec![Desc::default(); BURST],
             addrs: vec![0; BURST.max(256)],
             stats: XdpPortStats::default(),
+            home: None,
+            busy_poll: socket_config.busy_poll.is_some(),
+            napi_restore,
         })
+    }
+
+    /// Chunks of other workers (shared UMEM) go back to them through
+    /// `home` instead of into this worker's arena.
+    pub fn set_home(&mut self, home: FrameHome) {
+        self.home = Some(home);
+    }
+
+    /// Whether preferred busy polling is on for the port's sockets.
+    pub fn busy_polling(&self) -> bool {
+        self.busy_poll
+    }
+
+    /// Splits the port's queues over `workers` workers, queue `q` to worker
+    /// `(first + q) % workers`; returns `(worker, port)` for each worker
+    /// that got a queue. Each part receives on its queues and transmits on
+    /// its first one (a socket's TX ring has one producer: its worker). The
+    /// part with queue 0 keeps the program attachment, so closing it
+    /// detaches the interface; every socket is already in the program's map.
+    pub fn split(self, workers: usize, first: usize) -> Vec<(usize, XdpPort)> {
+        let workers = workers.max(1);
+        if workers == 1 {
+            return vec![(first % workers, self)];
+        }
+        let XdpPort {
+            name,
+            mac,
+            mtu,
+            queues,
+            held,
+            frame_shift,
+            attachment,
+            fill_budget,
+            home,
+            busy_poll,
+            napi_restore,
+            ..
+        } = self;
+        let mut per_worker: Vec<Vec<Queue>> = (0..workers).map(|_| Vec::new()).collect();
+        for (q, queue) in queues.into_iter().enumerate() {
+            per_worker[(first + q) % workers].push(queue);
+        }
+        let owner_of_queue0 = first % workers;
+        let mut attachment = attachment;
+        let mut napi_restore = napi_restore;
+        per_worker
+            .into_iter()
+            .enumerate()
+            .filter(|(_, qs)| !qs.is_empty())
+            .map(|(w, qs)| {
+                let keeps = w == owner_of_queue0;
+                (
+                    w,
+                    XdpPort {
+                        name: name.clone(),
+                        mac,
+                        mtu,
+                        queues: qs,
+                        next_rx: 0,
+                        held: held.clone(),
+                        frame_shift,
+                        attachment: if keeps { attachment.take() } else { None },
+                        fill_budget,
+                        descs: vec![Desc::default(); BURST],
+                        addrs: vec![0; BURST.max(256)],
+                        stats: XdpPortStats::default(),
+                        home: home.clone(),
+                        busy_poll,
+                        napi_restore: if keeps { napi_restore.take() } else { None },
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The receive queues this port's sockets are bound to.
+    pub fn queue_ids(&self) -> Vec<u32> {
+        self.queues.iter().map(|q| q.socket.queue()).collect()
     }
 
     /// The port's own counters.
@@ -238,6 +450,15 @@ impl Port for XdpPort {
                 break;
             }
             let q = &mut self.queues[(self.next_rx + i) % count];
+            if self.busy_poll {
+                // Preferred busy polling: the recvfrom runs the queue's
+                // NAPI here, in the worker's context (the kernel's
+                // AF_XDP documentation, "preferred busy polling").
+                self.stats.rx_wakeups += 1;
+                if let Err(e) = q.socket.wake_rx() {
+                    tracing::debug!(port = %self.name, error = %e, "busy-poll recvfrom failed");
+                }
+            }
             let n = q.socket.rx_burst(&mut self.descs[..max - total]);
             q.on_fill_ring = q.on_fill_ring.saturating_sub(n as u32);
             for (out, d) in descs[total..].iter_mut().zip(&self.descs[..n]) {
@@ -284,7 +505,10 @@ impl Port for XdpPort {
             let n = self.queues[0].socket.reap_completions(&mut self.addrs);
             for &a in &self.addrs[..n] {
                 hold(&mut self.held, self.frame_shift, a, false);
-                arena.free(a);
+                match &self.home {
+                    Some(h) => h.free(arena, a),
+                    None => arena.free(a),
+                }
             }
             result.tx_completed += n as u32;
             if n < self.addrs.len() {
@@ -319,7 +543,7 @@ impl Port for XdpPort {
                 q.on_fill_ring += filled as u32;
                 result.rx_refilled += filled as u32;
             }
-            if q.socket.fill_needs_wakeup() {
+            if !self.busy_poll && q.socket.fill_needs_wakeup() {
                 self.stats.rx_wakeups += 1;
                 if let Err(e) = q.socket.wake_rx() {
                     tracing::debug!(port = %self.name, error = %e, "RX wake-up failed");
@@ -340,6 +564,8 @@ impl Port for XdpPort {
             held,
             frame_shift,
             name,
+            home,
+            napi_restore,
             ..
         } = *self;
         // Detach first so the kernel passes the interface's traffic, then
@@ -350,9 +576,18 @@ impl Port for XdpPort {
             tracing::warn!(port = %name, error = %e, "detaching the XDP program failed");
         }
         drop(queues);
+        if let Some(n) = napi_restore
+            && let Err(e) = n.restore()
+        {
+            tracing::warn!(port = %name, error = %e, "restoring napi_defer_hard_irqs/gro_flush_timeout failed");
+        }
         let mut returned = 0u32;
         for (i, _) in held.iter().enumerate().filter(|(_, h)| **h) {
-            arena.free((i as u64) << frame_shift);
+            let addr = (i as u64) << frame_shift;
+            match &home {
+                Some(h) => h.free(arena, addr),
+                None => arena.free(addr),
+            }
             returned += 1;
         }
         tracing::info!(port = %name, frames = returned, "AF_XDP port closed");

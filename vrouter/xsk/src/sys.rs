@@ -404,12 +404,16 @@ impl Mmap {
     ///
     /// Only [`crate::Umem::as_mut_slice`] calls this, from `&mut Umem`; the
     /// other holders of the UMEM's `Arc<Mmap>` (`UmemHandle`) only read its
-    /// address, never its bytes, so the returned borrow is exclusive.
+    /// address, never its bytes. Parts made by [`crate::Umem::split`] each
+    /// write only the chunks their owner holds, as the kernel writes only
+    /// the chunks on its rings, so no byte is written through two of them.
     #[allow(clippy::mut_from_ref)]
     pub(crate) fn as_mut_slice_exclusive(&self) -> &mut [u8] {
-        // SAFETY: ptr..ptr+len is a live mapping owned by self; by the
-        // contract above no other Rust reference into it exists while the
-        // returned one (tied to the caller's `&mut Umem`) lives.
+        // SAFETY: ptr..ptr+len is a live mapping owned by self. By the
+        // contract above, the only other writers are the kernel (chunks on
+        // its rings) and other `Umem::split` parts (chunks their owner
+        // holds), and no chunk is held by two owners at once, so no byte is
+        // accessed through two references concurrently.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 

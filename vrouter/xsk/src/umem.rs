@@ -171,7 +171,8 @@ impl Umem {
     /// The whole region, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // Umem is not Clone and UmemHandle exposes no bytes, so `&mut self`
-        // is the only way to the frames: the borrow is exclusive.
+        // is the only way to the frames; parts made by `split` write only
+        // the chunks their owner holds (see there).
         self.handle.mem.as_mut_slice_exclusive()
     }
 
@@ -187,6 +188,27 @@ impl Umem {
         let start = usize::try_from(d.addr).ok()?;
         self.as_mut_slice()
             .get_mut(start..start.checked_add(d.len as usize)?)
+    }
+
+    /// Splits the region between `parts` owners (one per worker thread).
+    /// Every part is a `Umem` over the same memory and the same kernel
+    /// registration, so sockets bound through any part's handle share one
+    /// UMEM (XDP_SHARED_UMEM, each socket with its own fill and completion
+    /// rings) and a frame received by one worker leaves through another
+    /// worker's socket by its address, without a copy.
+    ///
+    /// Each part sees the whole region (descriptor addresses are offsets
+    /// into it), but its owner must read and write only the chunks it holds:
+    /// the ones in its share of the free list, or one handed to it over a
+    /// ring, exactly as a chunk on the kernel's rings is the kernel's. The
+    /// caller keeps that protocol (brindle-vrouter's `FrameHome` routes
+    /// every chunk back to the worker that owns it).
+    pub fn split(self, parts: usize) -> Vec<Umem> {
+        (0..parts.max(1))
+            .map(|_| Umem {
+                handle: self.handle.clone(),
+            })
+            .collect()
     }
 
     pub(crate) fn handle_ref(&self) -> &UmemHandle {
