@@ -7,9 +7,10 @@
 //! turned in place into an ARP reply or an ICMP error), consumed (an ARP reply
 //! the worker learned from), or dropped for one [`DropReason`]. Frames the
 //! worker creates itself (ARP requests on a neighbour miss) are counted as
-//! `generated`. So, after every iteration:
+//! `generated`. A frame waiting for its next hop's MAC is `neighbor_held`
+//! (a gauge) until it is sent or dropped. So, after every iteration:
 //!
-//! `rx_packets + generated == tx_packets + consumed + dropped()`
+//! `rx_packets + generated == tx_packets + consumed + dropped() + neighbor_held`
 //!
 //! (see [`Counters::balanced`]); the fuzz target and the tests assert it.
 
@@ -28,8 +29,9 @@ pub enum DropReason {
     /// TTL/hop limit expired (an ICMP error was sent when allowed; this
     /// counts the ones that could not be answered, e.g. ICMP errors, IPv6).
     Ttl,
-    /// The underlay (or pod) neighbour's MAC is unknown; resolution was
-    /// requested. Queueing frames meanwhile is the daemon's job.
+    /// A pod's MAC is unknown (not configured, not yet learned from its
+    /// frames), or an IPv6 gateway's. Underlay next hops are resolved while
+    /// a few frames wait: see `NeighborQueueFull` and `NeighborTimeout`.
     NoNeighbour,
     /// Larger than the egress MTU and not answerable (no DF: this vrouter
     /// does not fragment; or an ICMP error that would need answering).
@@ -55,11 +57,17 @@ pub enum DropReason {
     /// IPIP or VXLAN from an address that is not a known node (when the
     /// tunnel peer allow-list is on).
     UnknownTunnelPeer,
+    /// The next hop's MAC is being resolved and its queue (or the worker's)
+    /// is full.
+    NeighborQueueFull,
+    /// The frame waited for its next hop's MAC longer than the resolution
+    /// timeout.
+    NeighborTimeout,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 17] = [
         DropReason::ParseError,
         DropReason::Spoofed,
         DropReason::NoRoute,
@@ -75,6 +83,8 @@ impl DropReason {
         DropReason::NoRoom,
         DropReason::IcmpRateLimited,
         DropReason::UnknownTunnelPeer,
+        DropReason::NeighborQueueFull,
+        DropReason::NeighborTimeout,
     ];
 
     /// Stable snake_case name (metrics label).
@@ -95,6 +105,8 @@ impl DropReason {
             DropReason::NoRoom => "no_room",
             DropReason::IcmpRateLimited => "icmp_rate_limited",
             DropReason::UnknownTunnelPeer => "unknown_tunnel_peer",
+            DropReason::NeighborQueueFull => "neighbor_queue_full",
+            DropReason::NeighborTimeout => "neighbor_timeout",
         }
     }
 }
@@ -137,6 +149,10 @@ pub struct Counters {
     pub generated: u64,
     /// Frames taken without transmitting or dropping (learned ARP replies).
     pub consumed: u64,
+    /// Frames waiting now for their next hop's MAC (a gauge, not a total).
+    pub neighbor_held: u64,
+    /// Frames sent after waiting for their next hop's MAC (a total).
+    pub neighbor_released: u64,
     /// Drops by reason, indexed by `DropReason as usize`.
     pub drops: [u64; DROP_REASONS],
 }
@@ -160,16 +176,17 @@ impl Counters {
     }
 
     /// Whether every frame is accounted for:
-    /// `rx + generated == tx + consumed + dropped`.
+    /// `rx + generated == tx + consumed + dropped + neighbor_held`.
     pub fn balanced(&self) -> bool {
-        self.rx_packets + self.generated == self.tx_packets + self.consumed + self.dropped()
+        self.rx_packets + self.generated
+            == self.tx_packets + self.consumed + self.dropped() + self.neighbor_held
     }
 }
 
 impl fmt::Display for Counters {
     /// A two-column table of every non-zero counter (and rx/tx always).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: [(&str, u64); 16] = [
+        let rows: [(&str, u64); 18] = [
             ("rx_packets", self.rx_packets),
             ("rx_bytes", self.rx_bytes),
             ("tx_packets", self.tx_packets),
@@ -186,6 +203,8 @@ impl fmt::Display for Counters {
             ("decap_vxlan", self.decap_vxlan),
             ("generated", self.generated),
             ("consumed", self.consumed),
+            ("neighbor_held", self.neighbor_held),
+            ("neighbor_released", self.neighbor_released),
         ];
         for (name, value) in rows {
             if value != 0 || name.starts_with("rx_") || name.starts_with("tx_") {

@@ -212,8 +212,16 @@ impl Node {
         out
     }
 
-    /// Whether every arena chunk is back in the free list.
+    /// Whether every arena chunk is back in the free list, or held (and
+    /// counted) for a next hop being resolved.
     pub fn no_frame_leaked(&self) -> bool {
+        let held = self.worker.pipeline().held_frames();
+        self.worker.arena().free_count() + held == self.worker.arena().frames() as usize
+            && self.worker.counters().neighbor_held == held as u64
+    }
+
+    /// Whether every arena chunk is back in the free list (nothing held).
+    pub fn all_frames_free(&self) -> bool {
         self.worker.arena().free_count() == self.worker.arena().frames() as usize
     }
 }

@@ -6,9 +6,18 @@
 //! misses does not drop silently: [`NeighTable::miss`] records an incomplete
 //! entry, tells the caller whether to send an ARP request now (at most one per
 //! address per [`RESOLVE_INTERVAL`]), and queues a bounded "resolve this"
-//! event the control thread drains with [`NeighTable::drain_resolve`]. The
-//! frame itself is dropped and counted (`no_neighbour`); holding a few frames
-//! until the reply comes is the daemon issue's job.
+//! event the control thread drains with [`NeighTable::drain_resolve`].
+//!
+//! The frame itself is not dropped silently: the pipeline rewrites it in
+//! full (TTL, outer headers) and holds it in [`HeldFrames`], at most
+//! [`UNRESOLVED_QUEUE_LEN`] per next hop and [`MAX_HELD_FRAMES`] per worker
+//! (Linux's `unres_qlen`, made small). The frames stay in their arena chunks:
+//! the queue keeps only descriptors, in a vector allocated once. When the
+//! MAC is learned (an ARP reply on the uplink, or an entry the control side
+//! sets), the held frames get it and leave; frames past the limits are
+//! dropped as `neighbor_queue_full`, and a next hop that does not resolve
+//! within [`UNRESOLVED_TIMEOUT`] has its frames dropped as
+//! `neighbor_timeout`.
 //!
 //! Lookups happen once per forwarded packet, so the map uses a small
 //! multiplicative hash instead of SipHash: the keys are addresses the control
@@ -20,7 +29,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use crate::frame::PortId;
+use crate::frame::{FrameDesc, PortId};
 
 /// Shortest time between two ARP requests for the same address.
 pub const RESOLVE_INTERVAL: Duration = Duration::from_secs(1);
@@ -31,6 +40,19 @@ pub const RESOLVE_QUEUE: usize = 64;
 
 /// Most incomplete (unresolved) entries; beyond it a miss asks for nothing.
 pub const MAX_INCOMPLETE: usize = 4096;
+
+/// Most frames held for one unresolved next hop (Linux's `unres_qlen`
+/// idea, small: enough for a TCP handshake or the first pings, never a
+/// burst's worth of the arena).
+pub const UNRESOLVED_QUEUE_LEN: usize = 4;
+
+/// Most frames one worker holds for all unresolved next hops together, so
+/// unresolvable next hops cannot park the arena.
+pub const MAX_HELD_FRAMES: usize = 64;
+
+/// How long frames wait for their next hop: three ARP requests at
+/// [`RESOLVE_INTERVAL`], as Linux gives up after `mcast_solicit` (3) probes.
+pub const UNRESOLVED_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A multiplicative (Fibonacci) hasher for small fixed-size keys.
 #[derive(Default)]
@@ -127,6 +149,8 @@ pub struct NeighTable {
     incomplete: usize,
     resolve: Vec<ResolveRequest>,
     resolve_overflow: u64,
+    /// Bumped on every insert, so holders of frames know when to look again.
+    generation: u64,
 }
 
 impl NeighTable {
@@ -159,6 +183,7 @@ impl NeighTable {
     /// Sets (static entry from the control side, or a learned ARP reply).
     pub fn insert(&mut self, port: PortId, addr: IpAddr, mac: [u8; 6]) {
         self.last.set(None);
+        self.generation = self.generation.wrapping_add(1);
         if let Some(State::Incomplete { .. }) =
             self.entries.insert(key(port, addr), State::Reachable(mac))
         {
@@ -229,6 +254,147 @@ impl NeighTable {
     pub fn reachable(&self) -> usize {
         self.entries.len() - self.incomplete
     }
+
+    /// A number that changes whenever an entry is set: when it has not
+    /// changed, no held frame can have become sendable.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+/// A frame waiting for its next hop's MAC: ready to send except for the
+/// destination MAC (the first six bytes of `desc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldFrame {
+    /// Port it leaves by.
+    pub port: PortId,
+    /// The next hop whose MAC it waits for.
+    pub next_hop: IpAddr,
+    /// The frame, as it will be transmitted.
+    pub desc: FrameDesc,
+    /// When it was held.
+    pub since: Instant,
+    /// Whether it counts as forwarded when sent (false for ICMP errors this
+    /// node built).
+    pub forwarded: bool,
+}
+
+/// Why a frame could not be held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldError {
+    /// The next hop already has [`UNRESOLVED_QUEUE_LEN`] frames waiting, or
+    /// the worker [`MAX_HELD_FRAMES`].
+    Full,
+}
+
+/// Frames held for unresolved next hops, owned by one worker. Descriptors
+/// only, in a vector allocated once: holding, releasing and expiring never
+/// allocate.
+#[derive(Debug)]
+pub struct HeldFrames {
+    frames: Vec<HeldFrame>,
+    /// The neighbour table generation at the last release scan.
+    seen_generation: u64,
+}
+
+impl Default for HeldFrames {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HeldFrames {
+    /// An empty queue with room for [`MAX_HELD_FRAMES`].
+    pub fn new() -> Self {
+        HeldFrames {
+            frames: Vec::with_capacity(MAX_HELD_FRAMES),
+            seen_generation: 0,
+        }
+    }
+
+    /// Frames held now.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Whether no frame is held.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// Frames held for `next_hop` on `port`.
+    pub fn held_for(&self, port: PortId, next_hop: IpAddr) -> usize {
+        self.frames
+            .iter()
+            .filter(|f| f.port == port && f.next_hop == next_hop)
+            .count()
+    }
+
+    /// Holds `frame`, unless its next hop or the worker is at its limit.
+    pub fn hold(&mut self, frame: HeldFrame) -> Result<(), HoldError> {
+        if self.frames.len() >= MAX_HELD_FRAMES
+            || self.held_for(frame.port, frame.next_hop) >= UNRESOLVED_QUEUE_LEN
+        {
+            return Err(HoldError::Full);
+        }
+        self.frames.push(frame);
+        Ok(())
+    }
+
+    /// Whether a release scan could find something: frames are held and the
+    /// neighbour table changed since the last scan.
+    #[inline]
+    pub fn may_release(&self, neigh: &NeighTable) -> bool {
+        !self.frames.is_empty() && neigh.generation() != self.seen_generation
+    }
+
+    /// Hands every frame whose next hop `neigh` now resolves to `send`, with
+    /// the MAC, in the order they were held (per next hop), and forgets
+    /// them.
+    pub fn release(&mut self, neigh: &NeighTable, mut send: impl FnMut(HeldFrame, [u8; 6])) {
+        self.seen_generation = neigh.generation();
+        let mut i = 0;
+        while i < self.frames.len() {
+            let f = self.frames[i];
+            match neigh.lookup(f.port, f.next_hop) {
+                Some(mac) => {
+                    // `remove`, not `swap_remove`: frames of one flow keep
+                    // their order (the vector holds at most 64).
+                    self.frames.remove(i);
+                    send(f, mac);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// Hands every frame held for [`UNRESOLVED_TIMEOUT`] or longer at `now`
+    /// to `expired`, and forgets them.
+    pub fn expire(&mut self, now: Instant, mut expired: impl FnMut(HeldFrame)) {
+        let mut i = 0;
+        while i < self.frames.len() {
+            let f = self.frames[i];
+            if now.saturating_duration_since(f.since) >= UNRESOLVED_TIMEOUT {
+                self.frames.remove(i);
+                expired(f);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Hands every held frame to `drop` (a port going away, shutdown).
+    pub fn drain(&mut self, drop: impl FnMut(HeldFrame)) {
+        self.frames.drain(..).for_each(drop);
+    }
+
+    /// The oldest frame's hold time, if any (when the next expiry is due).
+    pub fn oldest(&self) -> Option<Instant> {
+        self.frames.iter().map(|f| f.since).min()
+    }
 }
 
 #[cfg(test)]
@@ -281,6 +447,62 @@ mod tests {
         t.miss(1, a, Instant::now());
         assert!(t.refresh(1, a, MAC));
         assert_eq!(t.lookup(1, a), Some(MAC));
+    }
+
+    fn held(port: PortId, hop: IpAddr, addr: u64, since: Instant) -> HeldFrame {
+        HeldFrame {
+            port,
+            next_hop: hop,
+            desc: FrameDesc { addr, len: 60 },
+            since,
+            forwarded: true,
+        }
+    }
+
+    #[test]
+    fn held_frames_are_bounded_per_next_hop_and_released_in_order() {
+        let mut t = NeighTable::new();
+        let mut q = HeldFrames::new();
+        let (a, b): (IpAddr, IpAddr) = (
+            "192.168.0.2".parse().unwrap(),
+            "192.168.0.3".parse().unwrap(),
+        );
+        let now = Instant::now();
+        for i in 0..UNRESOLVED_QUEUE_LEN as u64 {
+            assert_eq!(q.hold(held(1, a, i * 2048, now)), Ok(()));
+        }
+        assert_eq!(q.hold(held(1, a, 99 * 2048, now)), Err(HoldError::Full));
+        assert_eq!(q.hold(held(1, b, 10 * 2048, now)), Ok(()));
+        assert_eq!(q.hold(held(2, a, 11 * 2048, now)), Ok(()), "per port");
+        assert!(!q.may_release(&t));
+        t.insert(1, a, MAC);
+        assert!(q.may_release(&t));
+        let mut sent = Vec::new();
+        q.release(&t, |f, mac| sent.push((f.desc.addr, mac)));
+        assert_eq!(sent, (0..4).map(|i| (i * 2048, MAC)).collect::<Vec<_>>());
+        assert_eq!(q.len(), 2);
+        assert!(!q.may_release(&t), "nothing new since the scan");
+    }
+
+    #[test]
+    fn held_frames_expire_after_the_timeout_and_the_worker_limit_holds() {
+        let mut q = HeldFrames::new();
+        let t0 = Instant::now();
+        for i in 0..MAX_HELD_FRAMES as u32 {
+            let hop = IpAddr::V4(i.into());
+            assert_eq!(q.hold(held(1, hop, u64::from(i), t0)), Ok(()));
+        }
+        let extra = held(1, IpAddr::V4(9999.into()), 0, t0);
+        assert_eq!(q.hold(extra), Err(HoldError::Full));
+        let mut expired = 0;
+        q.expire(t0 + UNRESOLVED_TIMEOUT - Duration::from_millis(1), |_| {
+            expired += 1
+        });
+        assert_eq!((expired, q.len()), (0, MAX_HELD_FRAMES));
+        assert_eq!(q.oldest(), Some(t0));
+        q.expire(t0 + UNRESOLVED_TIMEOUT, |_| expired += 1);
+        assert_eq!((expired, q.len()), (MAX_HELD_FRAMES, 0));
+        assert!(q.is_empty());
     }
 
     #[test]

@@ -556,7 +556,7 @@ fn neighbour_miss_sends_one_arp_request_then_learns_the_reply() {
     let out = node.send(ports::POD_A, &pod_a_udp(REMOTE_POD_UNRESOLVED, 64));
     let want = frames::arp_request(UPLINK_MAC, NODE, REMOTE_UNRESOLVED);
     assert_frames(&out, &[(ports::UPLINK, want)]);
-    // Within the resolve interval: dropped, no second request.
+    // Within the resolve interval: held too, no second request.
     assert!(
         node.send(ports::POD_A, &pod_a_udp(REMOTE_POD_UNRESOLVED, 64))
             .is_empty()
@@ -580,12 +580,19 @@ fn neighbour_miss_sends_one_arp_request_then_learns_the_reply() {
     reply[..6].copy_from_slice(&UPLINK_MAC);
     reply[21] = 2;
     reply[32..38].copy_from_slice(&UPLINK_MAC);
-    assert!(node.send(ports::UPLINK, &reply).is_empty());
+    // The two held frames leave with it (exact bytes: tests/pipeline_neigh.rs).
+    let out = node.send(ports::UPLINK, &reply);
+    assert_eq!(out.len(), 2);
+    assert!(
+        out.iter()
+            .all(|(p, f)| *p == ports::UPLINK && f[..6] == peer_mac)
+    );
     let out = node.send(ports::POD_A, &pod_a_udp(REMOTE_POD_UNRESOLVED, 64));
     assert_eq!(out.len(), 1);
     assert_eq!(&out[0].1[..6], &peer_mac);
     let c = finish(&node);
-    assert_eq!(c.drops_for(DropReason::NoNeighbour), 2);
+    assert_eq!(c.drops_for(DropReason::NoNeighbour), 0);
+    assert_eq!((c.neighbor_held, c.neighbor_released), (0, 2));
     assert_eq!(
         (c.arp_requests, c.generated, c.arp_learned, c.consumed),
         (1, 1, 1, 1)

@@ -63,6 +63,9 @@ pub(super) struct Plan {
     /// Largest inner IP packet that fits (egress MTU minus overhead).
     pub mtu: usize,
     pub encap: Option<(Encap, Ipv4Addr)>,
+    /// The next hop whose MAC is not known yet: the frame is built with a
+    /// placeholder destination MAC and held until it is.
+    pub unresolved: Option<Ipv4Addr>,
 }
 
 /// A flow hash of the inner packet for the VXLAN source port: addresses,
@@ -278,10 +281,22 @@ impl Pipeline {
             ttl = ipv4::Packet::new_unchecked(&mut buf[m.l3..m.l3 + m.ihl]).decrement_ttl();
         }
         let v = self.emit_v4(buf, &m, ttl, &plan);
-        if !local && matches!(v, Verdict::Tx { .. }) {
-            self.counters.forwarded += 1;
+        match (v, plan.unresolved) {
+            // Built in full but for the destination MAC: held until the
+            // next hop resolves (counted forwarded when it is sent).
+            (Verdict::Tx { port, start, len }, Some(next_hop)) => Verdict::Hold {
+                port,
+                start,
+                len,
+                next_hop,
+                forwarded: !local,
+            },
+            (Verdict::Tx { .. }, None) if !local => {
+                self.counters.forwarded += 1;
+                v
+            }
+            _ => v,
         }
-        v
     }
 
     /// Leaves by `port` to `dst_mac`, or to the port's peer (the pod, the
@@ -300,7 +315,21 @@ impl Pipeline {
             dst_mac,
             mtu: ep.mtu as usize,
             encap: None,
+            unresolved: None,
         })
+    }
+
+    /// Leaves by `port` to the next hop `hop`: its MAC if known, else a
+    /// placeholder and `unresolved` set, so the frame is held.
+    fn via_neighbour(&self, port: PortId, hop: Ipv4Addr) -> Result<Plan, Verdict> {
+        match self.neigh.lookup(port, hop.into()) {
+            Some(mac) => self.direct(port, Some(mac)),
+            None => {
+                let mut plan = self.direct(port, Some([0; 6]))?;
+                plan.unresolved = Some(hop);
+                Ok(plan)
+            }
+        }
     }
 
     fn plan_v4(&self, nh: NextHop) -> Result<Plan, Verdict> {
@@ -318,13 +347,7 @@ impl Pipeline {
             NextHop::Gateway {
                 via: IpAddr::V4(via),
                 port,
-            } => {
-                let mac = self
-                    .neigh
-                    .lookup(port, via.into())
-                    .ok_or(Verdict::Resolve { port, addr: via })?;
-                direct(port, Some(mac))
-            }
+            } => self.via_neighbour(port, via),
             NextHop::Gateway {
                 via: IpAddr::V6(_), ..
             } => Err(Verdict::Drop(DropReason::Unsupported)),
@@ -338,11 +361,7 @@ impl Pipeline {
                     Some(gw) if !on_link => gw,
                     _ => remote,
                 };
-                let mac = self
-                    .neigh
-                    .lookup(port, hop.into())
-                    .ok_or(Verdict::Resolve { port, addr: hop })?;
-                let mut plan = direct(port, Some(mac))?;
+                let mut plan = self.via_neighbour(port, hop)?;
                 if self.cfg.cross_subnet && on_link {
                     return Ok(plan);
                 }

@@ -48,7 +48,7 @@ impl Pipeline {
             Err(r) => return Verdict::Drop(r),
         };
         let v = self.route_v4(buf, PortKind::Host, start, reply, true, cx);
-        if matches!(v, Verdict::Tx { .. }) {
+        if matches!(v, Verdict::Tx { .. } | Verdict::Hold { .. }) {
             self.counters.icmp_generated += 1;
         }
         v

@@ -18,9 +18,10 @@
 //! 6. TTL: <= 1 is answered with ICMP time exceeded (source: the node
 //!    address), built in place and routed back like any packet;
 //! 7. egress: the port, next-hop MAC (pod MAC, or the underlay neighbour from
-//!    [`NeighTable`], whose miss sends a rate-limited ARP request) and MTU
-//!    (minus encapsulation overhead); too big with DF set is answered with
-//!    ICMP fragmentation needed carrying that MTU;
+//!    [`NeighTable`], whose miss sends a rate-limited ARP request and holds
+//!    the finished frame in [`HeldFrames`] until the reply) and MTU (minus
+//!    encapsulation overhead); too big with DF set is answered with ICMP
+//!    fragmentation needed carrying that MTU;
 //! 8. TTL decrement with an RFC 1624 incremental checksum, MAC rewrite, and
 //!    the outer headers written into the headroom for IPIP/VXLAN;
 //! 9. the frame joins its egress port's TX batch.
@@ -44,7 +45,7 @@ use crate::counters::{Counters, DropReason};
 use crate::endpoint::{PortKind, PortTable};
 use crate::fib::{FibReader, FibSnapshot};
 use crate::frame::{FrameArena, FrameDesc, PortId};
-use crate::neigh::{FastHasher, MissAction, NeighTable};
+use crate::neigh::{FastHasher, HeldFrame, HeldFrames, MissAction, NeighTable};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::udp::UdpChecksum;
 
@@ -213,9 +214,15 @@ enum Verdict {
     Drop(DropReason),
     /// Free the frame; it was taken (learned ARP).
     Consumed,
-    /// Free the frame, count `NoNeighbour`, and maybe ask for `addr` on
-    /// `port` with an ARP request.
-    Resolve { port: PortId, addr: Ipv4Addr },
+    /// Like `Tx`, but the next hop's MAC is unknown: hold the frame until
+    /// `next_hop` resolves, and maybe ask for it with an ARP request.
+    Hold {
+        port: PortId,
+        start: usize,
+        len: usize,
+        next_hop: Ipv4Addr,
+        forwarded: bool,
+    },
 }
 
 /// The pipeline of one worker: configuration, port table, FIB reader,
@@ -225,6 +232,7 @@ pub struct Pipeline {
     ports: PortTable,
     fib: FibReader,
     neigh: NeighTable,
+    held: HeldFrames,
     counters: Counters,
     ident: u16,
     icmp_bucket: TokenBucket,
@@ -246,6 +254,7 @@ impl Pipeline {
             ports,
             fib,
             neigh: NeighTable::new(),
+            held: HeldFrames::new(),
             counters: Counters::default(),
             ident: 0,
             icmp_bucket,
@@ -284,6 +293,71 @@ impl Pipeline {
     /// requests).
     pub fn neigh_mut(&mut self) -> &mut NeighTable {
         &mut self.neigh
+    }
+
+    /// Frames held now for unresolved next hops (each in its own arena
+    /// chunk).
+    pub fn held_frames(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Sends the held frames whose next hop resolved since the last call
+    /// (an ARP reply, or an entry set through [`Pipeline::neigh_mut`]), and
+    /// drops as `neighbor_timeout` those that waited too long. `process`
+    /// does this on every burst; a worker calls it on every iteration too,
+    /// so held frames leave, or return to the arena, also while no frame
+    /// arrives. Costs one branch when nothing is held.
+    pub fn poll_held(&mut self, arena: &mut FrameArena, tx: &mut TxBatches, now: Instant) {
+        if self.held.is_empty() {
+            return;
+        }
+        if self.held.may_release(&self.neigh) {
+            self.release_held(arena, tx);
+        }
+        if self
+            .held
+            .oldest()
+            .is_some_and(|t| now.saturating_duration_since(t) >= crate::neigh::UNRESOLVED_TIMEOUT)
+        {
+            let (held, counters) = (&mut self.held, &mut self.counters);
+            held.expire(now, |f| {
+                counters.neighbor_held -= 1;
+                arena.free(f.desc.addr);
+                counters.drop(DropReason::NeighborTimeout);
+            });
+        }
+    }
+
+    /// Drops every held frame (counted `neighbor_timeout`), e.g. before the
+    /// worker stops, so every chunk is back in the arena.
+    pub fn drop_held(&mut self, arena: &mut FrameArena) {
+        let (held, counters) = (&mut self.held, &mut self.counters);
+        held.drain(|f| {
+            counters.neighbor_held -= 1;
+            arena.free(f.desc.addr);
+            counters.drop(DropReason::NeighborTimeout);
+        });
+    }
+
+    fn release_held(&mut self, arena: &mut FrameArena, tx: &mut TxBatches) {
+        let (held, neigh, counters) = (&mut self.held, &self.neigh, &mut self.counters);
+        held.release(neigh, |f, mac| {
+            counters.neighbor_held -= 1;
+            // A held frame starts with its Ethernet header (at least 14
+            // bytes): the destination MAC is its first six.
+            if let Some(dst) = arena.data_mut(f.desc).get_mut(..6) {
+                dst.copy_from_slice(&mac);
+            }
+            if tx.push(f.port, f.desc) {
+                counters.neighbor_released += 1;
+                if f.forwarded {
+                    counters.forwarded += 1;
+                }
+            } else {
+                arena.free(f.desc.addr);
+                counters.drop(DropReason::TxRingFull);
+            }
+        });
     }
 
     /// The counters so far.
@@ -361,6 +435,7 @@ impl Pipeline {
             fib: self.fib.snapshot(),
             now,
         };
+        self.poll_held(arena, tx, now);
         for &desc in rx {
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += u64::from(desc.len);
@@ -385,11 +460,35 @@ impl Pipeline {
                     arena.free(base);
                     self.counters.consumed += 1;
                 }
-                Verdict::Resolve { port, addr } => {
-                    arena.free(base);
-                    self.counters.drop(DropReason::NoNeighbour);
-                    self.send_arp_request(arena, port, addr, tx, cx.now);
+                Verdict::Hold {
+                    port,
+                    start,
+                    len,
+                    next_hop,
+                    forwarded,
+                } => {
+                    let frame = HeldFrame {
+                        port,
+                        next_hop: next_hop.into(),
+                        desc: FrameDesc {
+                            addr: base + start as u64,
+                            len: len as u32,
+                        },
+                        since: now,
+                        forwarded,
+                    };
+                    if self.held.hold(frame).is_ok() {
+                        self.counters.neighbor_held += 1;
+                    } else {
+                        arena.free(base);
+                        self.counters.drop(DropReason::NeighborQueueFull);
+                    }
+                    self.send_arp_request(arena, port, next_hop, tx, cx.now);
                 }
+            }
+            // An ARP reply just learned: its frames leave right behind it.
+            if self.held.may_release(&self.neigh) {
+                self.release_held(arena, tx);
             }
         }
     }
