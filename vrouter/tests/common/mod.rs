@@ -1,75 +1,17 @@
-//! Helpers of the root-only daemon tests: namespaces and Calico-shaped pods
-//! made by the test and deleted on drop, and the vrouter process, stopped
-//! and reaped on drop (also when an assertion fails).
+//! Helpers of the root-only daemon tests: Calico-shaped pods made by the
+//! test and deleted on drop, and the vrouter process, stopped and reaped on
+//! drop (also when an assertion fails), and counter parsing. Namespaces,
+//! commands, TCP exchanges and captures are `brindle_tests::netns`'s.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// `<prefix><pid>x<n>`, at most 15 bytes (it names interfaces too).
-pub fn unique(prefix: &str) -> String {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = format!("{prefix}{}x{n}", std::process::id() % 100_000);
-    assert!(name.len() <= 15, "{name} too long");
-    name
-}
-
-pub fn run(args: &[&str]) -> Result<String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .with_context(|| format!("spawn {args:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// A namespace, deleted (with its veths) on drop.
-pub struct Netns {
-    pub name: String,
-}
-
-impl Netns {
-    pub fn new(prefix: &str) -> Result<Netns> {
-        let name = unique(prefix);
-        run(&["ip", "netns", "add", &name])?;
-        let ns = Netns { name };
-        ns.ip(&["link", "set", "lo", "up"])?;
-        Ok(ns)
-    }
-
-    pub fn ip(&self, args: &[&str]) -> Result<String> {
-        let mut full = vec!["ip", "-n", &self.name];
-        full.extend_from_slice(args);
-        run(&full)
-    }
-
-    pub fn exec(&self, args: &[&str]) -> Result<String> {
-        let mut full = vec!["ip", "netns", "exec", &self.name];
-        full.extend_from_slice(args);
-        run(&full)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
-    }
-}
+#[allow(unused_imports)]
+pub use brindle_tests::netns::{Capture, Netns, in_netns, run, tcp_exchange, unique};
 
 /// A pod as Calico's CNI plugin makes it: eth0 with a /32 and a fixed MAC,
 /// a link-scope route to 169.254.1.1 and the default route via it; the
@@ -211,18 +153,31 @@ impl Vrouter {
         Ok(())
     }
 
-    pub fn stop(mut self) -> Result<String> {
+    /// SIGTERM, wait, and the line with the summed counters.
+    pub fn stop(self) -> Result<String> {
+        self.stop_lines()?
+            .into_iter()
+            .rev()
+            .find(|l| l.starts_with("stopped"))
+            .context("no counters printed")
+    }
+
+    /// SIGTERM, wait, and every line printed after the ready line (the
+    /// summed counters, then one `worker N:` line per worker).
+    pub fn stop_lines(mut self) -> Result<Vec<String>> {
         let mut child = self.child.take().context("already stopped")?;
         run(&["kill", "-TERM", &child.id().to_string()])?;
         let status = child.wait()?;
         if !status.success() {
             bail!("brindle-vrouter exited with {status}");
         }
-        let last: Vec<String> = self.lines.try_iter().collect();
-        last.into_iter()
-            .rev()
-            .find(|l| l.starts_with("stopped"))
-            .context("no counters printed")
+        // The reader thread ends at EOF, which follows the exit; the
+        // timeout only guards against a hang.
+        let mut lines = Vec::new();
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            lines.push(l);
+        }
+        Ok(lines)
     }
 }
 
@@ -242,105 +197,4 @@ pub fn counter(line: &str, key: &str) -> u64 {
         .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
-}
-
-/// Runs `f` on a thread inside `ns`.
-pub fn in_netns<T: Send + 'static>(
-    ns: &Netns,
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> std::thread::JoinHandle<Result<T>> {
-    let path = format!("/var/run/netns/{}", ns.name);
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path)?;
-        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)?;
-        f()
-    })
-}
-
-/// A TCP exchange, like an SSH session or a kubelet probe: a listener on
-/// `addr` in `server` answers "pong" to the "ping" a client in `client`
-/// sends. Fails if either side does.
-pub fn tcp_exchange(server: &Netns, client: &Netns, addr: &str) -> Result<()> {
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
-    let (tx, rx) = mpsc::channel();
-    let bind = format!("{addr}:0");
-    let srv = in_netns(server, move || {
-        let l = TcpListener::bind(&bind)?;
-        tx.send(l.local_addr()?)?;
-        let (mut s, _) = l.accept()?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        let mut buf = [0u8; 4];
-        s.read_exact(&mut buf)?;
-        anyhow::ensure!(&buf == b"ping", "server got {buf:?}");
-        s.write_all(b"pong")?;
-        Ok(())
-    });
-    let listen = rx
-        .recv_timeout(Duration::from_secs(5))
-        .context("listener did not start")?;
-    let cli = in_netns(client, move || {
-        let mut s = TcpStream::connect_timeout(&listen, Duration::from_secs(5))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        s.write_all(b"ping")?;
-        let mut buf = [0u8; 4];
-        s.read_exact(&mut buf)?;
-        anyhow::ensure!(&buf == b"pong", "client got {buf:?}");
-        Ok(())
-    });
-    let client_result = cli.join().map_err(|_| anyhow::anyhow!("client panicked"))?;
-    if client_result.is_err() {
-        // Unblock the listener so its thread ends.
-        let _ = std::net::TcpStream::connect_timeout(&listen, Duration::from_millis(100));
-    }
-    client_result?;
-    srv.join().map_err(|_| anyhow::anyhow!("server panicked"))?
-}
-
-/// Starts `tcpdump -n -c 1 FILTER` on `ifname` in `ns` and waits until it
-/// listens; `finish` returns what it printed.
-pub struct Capture {
-    child: Option<Child>,
-}
-
-impl Capture {
-    pub fn start(ns: &Netns, ifname: &str, filter: &str) -> Result<Capture> {
-        let mut child = Command::new("ip")
-            .args([
-                "netns", "exec", &ns.name, "timeout", "20", "tcpdump", "-n", "-e", "-v",
-            ])
-            .args(["-c", "1", "-i", ifname, filter])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("spawn tcpdump")?;
-        let stderr = child.stderr.take().context("stderr")?;
-        let mut lines = BufReader::new(stderr).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(l)) if l.contains("listening on") => break,
-                Some(Ok(_)) => continue,
-                _ => bail!("tcpdump did not start"),
-            }
-        }
-        Ok(Capture { child: Some(child) })
-    }
-
-    pub fn finish(mut self) -> Result<String> {
-        let child = self.child.take().context("finished")?;
-        let out = child.wait_with_output()?;
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-}
-
-impl Drop for Capture {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // TERM, which `timeout` passes on to tcpdump (KILL would orphan it).
-            let _ = Command::new("kill")
-                .args(["-TERM", &c.id().to_string()])
-                .output();
-            let _ = c.wait();
-        }
-    }
 }
