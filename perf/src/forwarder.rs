@@ -28,16 +28,17 @@ pub enum Forwarder {
         /// The forwarder's CPU.
         cpu: usize,
     },
-    /// HOOK: the brindle vrouter, started as
-    /// `<binary> run --port <in> --port <out> --route 10.201.2.0/24=<out>
-    /// --neighbor 10.201.2.2=<sink mac> --cpu <cpu>` inside the router
-    /// namespace, once `brindle-vrouter` has that static mode. Until then it
-    /// is reported as not available, not as a failure.
+    /// The brindle vrouter, started as `<binary> run --port <in> --port
+    /// <out> --route 10.201.2.0/24=<out> --neighbor 10.201.2.2=<sink mac>
+    /// --cpu <cpus>` inside the router namespace, stopped with SIGTERM; its
+    /// "stopped:" line gives its counters. Not available (not a failure)
+    /// when the binary has no such mode, or does not take several cores
+    /// when asked for several.
     Brindle {
         /// Path of the brindle-vrouter binary.
         binary: PathBuf,
-        /// The worker's CPU.
-        cpu: usize,
+        /// The workers' CPUs (`--cpu 0,1`), one worker each.
+        cpus: Vec<usize>,
     },
 }
 
@@ -68,6 +69,41 @@ pub struct NullForwarderStats {
     pub cpu: ThreadCpu,
     /// Seconds it ran.
     pub elapsed_s: f64,
+    /// Poll loops that found frames (brindle, when its "stopped:" line
+    /// reports `busy_polls`).
+    pub busy_polls: Option<u64>,
+    /// Poll loops that found none.
+    pub idle_polls: Option<u64>,
+}
+
+impl NullForwarderStats {
+    /// Busy loops over all loops, when known.
+    pub fn busy_share(&self) -> Option<f64> {
+        let (b, i) = (self.busy_polls?, self.idle_polls?);
+        (b + i > 0).then(|| b as f64 / (b + i) as f64)
+    }
+
+    /// Counters from brindle-vrouter's `stopped: key=value ...` line:
+    /// `forwarded`, every `drop_*` summed, `busy_polls`/`idle_polls` (each
+    /// worker's summed when several report).
+    pub fn from_vrouter_line(line: &str) -> Option<NullForwarderStats> {
+        let rest = line.trim().strip_prefix("stopped:")?;
+        let mut stats = NullForwarderStats::default();
+        for (key, value) in rest
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .filter_map(|(k, v)| Some((k, v.parse::<u64>().ok()?)))
+        {
+            match key {
+                "forwarded" => stats.forwarded += value,
+                "busy_polls" => *stats.busy_polls.get_or_insert(0) += value,
+                "idle_polls" => *stats.idle_polls.get_or_insert(0) += value,
+                k if k.starts_with("drop_") => stats.dropped += value,
+                _ => {}
+            }
+        }
+        Some(stats)
+    }
 }
 
 impl Forwarder {
@@ -84,7 +120,7 @@ impl Forwarder {
     pub fn availability(&self) -> Availability {
         match self {
             Forwarder::Kernel | Forwarder::NullXsk { .. } => Availability::Available,
-            Forwarder::Brindle { binary, .. } => {
+            Forwarder::Brindle { binary, cpus } => {
                 let help = Command::new(binary)
                     .args(["run", "--help"])
                     .stdin(Stdio::null())
@@ -94,6 +130,13 @@ impl Forwarder {
                         if out.status.success()
                             && String::from_utf8_lossy(&out.stdout).contains("--port") =>
                     {
+                        if cpus.len() > 1 && !takes_cpu_list(binary, cpus) {
+                            return Availability::NotAvailable(format!(
+                                "{} run does not take several worker cores yet (`--cpu {}` refused)",
+                                binary.display(),
+                                cpu_list(cpus)
+                            ));
+                        }
                         Availability::Available
                     }
                     Ok(_) => Availability::NotAvailable(format!(
@@ -106,7 +149,8 @@ impl Forwarder {
         }
     }
 
-    /// Starts it between the router's ports.
+    /// Starts it between the router's ports (brindle: returns once it
+    /// prints "running").
     pub fn start(&self, router: &RouterPorts) -> Result<RunningForwarder, TrafficError> {
         match self {
             Forwarder::Kernel => Ok(RunningForwarder::default()),
@@ -132,30 +176,85 @@ impl Forwarder {
                     stop,
                     thread: Some(handle),
                     child: None,
+                    output: None,
                 })
             }
-            Forwarder::Brindle { binary, cpu } => {
+            Forwarder::Brindle { binary, cpus } => {
                 let route = format!("10.201.2.0/24={}", router.egress);
                 let neighbor = format!("10.201.2.2={}", router.sink_mac);
-                let child = Command::new("ip")
+                // `ip netns exec` execs the binary: the child's pid is the
+                // vrouter's, whose /proc/<pid>/stat covers every worker.
+                let mut child = Command::new("ip")
                     .args(["netns", "exec", &router.ns])
                     .arg(binary)
                     .args(["run", "--port", &router.ingress, "--port", &router.egress])
                     .args(["--route", &route, "--neighbor", &neighbor])
-                    .args(["--cpu", &cpu.to_string()])
+                    .args(["--cpu", &cpu_list(cpus)])
                     .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
                     .spawn()
                     .map_err(|_| TrafficError::Thread("brindle-vrouter"))?;
-                // Give it time to attach its programs before traffic starts.
-                std::thread::sleep(std::time::Duration::from_millis(500));
-                Ok(RunningForwarder {
+                let stdout = child
+                    .stdout
+                    .take()
+                    .ok_or(TrafficError::Thread("brindle-vrouter stdout"))?;
+                let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+                let reader = std::thread::spawn(move || {
+                    use std::io::BufRead;
+                    let mut lines = Vec::new();
+                    for line in std::io::BufReader::new(stdout).lines() {
+                        let Ok(line) = line else { break };
+                        let _ = line_tx.send(line.clone());
+                        lines.push(line);
+                    }
+                    lines
+                });
+                let mut running = RunningForwarder {
                     stop: Arc::new(AtomicBool::new(false)),
                     thread: None,
                     child: Some(child),
-                })
+                    output: Some(reader),
+                };
+                // Traffic starts once it says "running" (its sockets and
+                // programs are in place), or after 5 s in any case.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                loop {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    match line_rx.recv_timeout(left) {
+                        Ok(l) if l.starts_with("running") => break,
+                        Ok(_) => {}
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                            // It exited before it ran.
+                            running.stop_child();
+                            return Err(TrafficError::Thread("brindle-vrouter (exited at start)"));
+                        }
+                    }
+                }
+                Ok(running)
             }
         }
     }
+}
+
+/// `0,1`.
+fn cpu_list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Whether `<binary> run --cpu 0,1 --help` is accepted: clap rejects the
+/// value before it prints the help when `--cpu` takes one core only.
+fn takes_cpu_list(binary: &std::path::Path, cpus: &[usize]) -> bool {
+    Command::new(binary)
+        .args(["run", "--cpu", &cpu_list(cpus), "--help"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// A forwarder running; stopped on drop.
@@ -164,15 +263,55 @@ pub struct RunningForwarder {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<NullForwarderStats, TrafficError>>>,
     child: Option<Child>,
+    output: Option<JoinHandle<Vec<String>>>,
 }
 
 impl RunningForwarder {
-    /// Stops it; the null forwarder's counters.
+    /// User and system CPU time of a forwarder process so far (brindle).
+    pub fn process_cpu(&self) -> Option<ThreadCpu> {
+        crate::report::process_cpu(i32::try_from(self.child.as_ref()?.id()).ok()?)
+    }
+
+    /// SIGTERM (a graceful stop: it prints its counters), SIGKILL after 5 s.
+    fn stop_child(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        if let Ok(pid) = i32::try_from(c.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
+    /// Stops it; the forwarder's counters (null forwarder: its own; brindle:
+    /// from its "stopped:" line, CPU filled in by the caller).
     pub fn finish(mut self) -> Result<Option<NullForwarderStats>, TrafficError> {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        if self.child.is_some() {
+            self.stop_child();
+            let lines = self
+                .output
+                .take()
+                .and_then(|h| h.join().ok())
+                .unwrap_or_default();
+            return Ok(Some(
+                lines
+                    .iter()
+                    .rev()
+                    .find_map(|l| NullForwarderStats::from_vrouter_line(l))
+                    .unwrap_or_default(),
+            ));
         }
         match self.thread.take() {
             Some(h) => Ok(Some(
@@ -186,9 +325,9 @@ impl RunningForwarder {
 impl Drop for RunningForwarder {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        self.stop_child();
+        if let Some(h) = self.output.take() {
+            let _ = h.join();
         }
         if let Some(h) = self.thread.take() {
             let _ = h.join();

@@ -36,8 +36,11 @@ pub const FCS_LEN: u16 = 4;
 /// in bits per second counts beside the frame.
 pub const WIRE_OVERHEAD: u16 = 20;
 
-/// Simple IMIX (7:4:1 of 64, 594 and 1518 bytes on the wire).
-pub const IMIX: [u16; 12] = [64, 64, 64, 64, 64, 64, 64, 594, 594, 594, 594, 1518];
+/// Simple IMIX (7:4:1 of 64, 594 and 1518 bytes on the wire, i.e. IP
+/// packets of 46, 576 and 1500 bytes), interleaved: the large frames are
+/// spread over the cycle, never two of a size class in a row where the
+/// ratio allows, as frames of many flows mix on a real link.
+pub const IMIX: [u16; 12] = [64, 594, 64, 64, 594, 64, 1518, 64, 594, 64, 64, 594];
 
 /// A frame size as on the wire, FCS included (RFC 2544 convention).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -412,6 +415,17 @@ mod tests {
     fn imix_mean_is_the_7_4_1_mix() {
         let mean = FrameSize::Imix.mean_wire_size();
         assert!((mean - (7.0 * 64.0 + 4.0 * 594.0 + 1518.0) / 12.0).abs() < 1e-9);
+        let count = |n: u16| IMIX.iter().filter(|&&s| s == n).count();
+        assert_eq!((count(64), count(594), count(1518)), (7, 4, 1));
+    }
+
+    #[test]
+    fn imix_is_interleaved_not_in_runs_of_one_size() {
+        // No two large frames in a row, also across the wrap of the cycle.
+        for i in 0..IMIX.len() {
+            let (a, b) = (IMIX[i], IMIX[(i + 1) % IMIX.len()]);
+            assert!(a == 64 || b == 64, "{a} then {b} at {i}");
+        }
     }
 
     #[test]

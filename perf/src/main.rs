@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use brindle_perf::frame::FrameSize;
 use brindle_perf::report::{Machine, Report, Status, ratios, table};
-use brindle_perf::runner::{RunOptions, Scenario, run_scenario};
+use brindle_perf::runner::{RunOptions, Scenario, run_scenario_with};
 use brindle_perf::traffic::{GeneratorKind, Rate};
 use brindle_perf::{plot, selftest, topo};
 use clap::{Parser, Subcommand};
@@ -86,6 +86,13 @@ struct RunArgs {
     /// (the generator's) instead of a NAPI thread on the forwarder's CPU.
     #[arg(long)]
     no_threaded_napi: bool,
+    /// Forwarding core counts to run each scenario with (1 and 2 here):
+    /// with more than one, the router's veths get that many queues, the
+    /// generator one thread per queue, the kernel one NAPI thread per
+    /// queue (RSS) and brindle `--cpu 0,1`. Scenarios with one forwarding
+    /// thread only (null-afxdp, the two-node paths) run with 1.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    workers: Vec<usize>,
     /// Directory for report.json and the plots.
     #[arg(long, default_value = "perf-out")]
     out: PathBuf,
@@ -142,6 +149,7 @@ fn run(args: RunArgs) -> Result<()> {
         brindle_binary: args.brindle_binary.clone(),
         calico_endpoints: args.calico_endpoints,
         threaded_napi: !args.no_threaded_napi,
+        workers: args.workers.iter().map(|&w| w.max(1)).collect(),
     };
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let mut report = Report {
@@ -154,10 +162,29 @@ fn run(args: RunArgs) -> Result<()> {
         ratios: Vec::new(),
         caveat: CAVEAT.into(),
     };
-    let total = options.scenarios.len();
-    for (i, &scenario) in options.scenarios.iter().enumerate() {
+    // Every scenario with one worker first, so the 1-worker kernel maximum
+    // (the latency reference) exists before anything else runs.
+    let runs: Vec<(usize, Scenario)> = options
+        .workers
+        .iter()
+        .flat_map(|&w| {
+            options
+                .scenarios
+                .iter()
+                .filter(move |s| s.supports_workers(w))
+                .map(move |&s| (w, s))
+        })
+        .collect();
+    let total = runs.len();
+    for (i, &(workers, scenario)) in runs.iter().enumerate() {
         let mut progress = |line: &str| eprintln!("[{}/{total}] {line}", i + 1);
-        let result = run_scenario(scenario, &options, &report.scenarios, &mut progress);
+        let result = run_scenario_with(
+            scenario,
+            workers,
+            &options,
+            &report.scenarios,
+            &mut progress,
+        );
         report.scenarios.push(result);
         if topo::STOP.load(std::sync::atomic::Ordering::Relaxed) {
             break;

@@ -105,6 +105,64 @@ pub fn parse_task_cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// utime and stime in clock ticks from a /proc/<pid>/stat line.
+pub fn parse_task_user_system_ticks(stat: &str) -> Option<(u64, u64)> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    Some((fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?))
+}
+
+/// User and system CPU seconds of a process (all its threads) so far.
+pub fn process_cpu(pid: i32) -> Option<ThreadCpu> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (u, s) = parse_task_user_system_ticks(&text)?;
+    Some(ThreadCpu {
+        user_s: u as f64 / clock_ticks(),
+        system_s: s as f64 / clock_ticks(),
+    })
+}
+
+/// Seconds the CPUs `cpus` spent in interrupts and softirqs between two
+/// /proc/stat readings: the kernel's packet work outside any thread (the
+/// sink veth's receive, RPS backlogs).
+pub fn softirq_seconds(before: &[CpuTimes], after: &[CpuTimes], cpus: &[usize]) -> f64 {
+    cpus.iter()
+        .filter_map(|&c| Some(after.get(c)?.softirq.saturating_sub(before.get(c)?.softirq)))
+        .sum::<u64>() as f64
+        / clock_ticks()
+}
+
+/// Where the forwarding cores' time went in a trial, seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CoreTime {
+    /// The forwarder's userspace time (null forwarder thread, brindle
+    /// process): our own per-frame work.
+    pub user_s: f64,
+    /// The forwarder's system time: for AF_XDP copy mode, the kernel's
+    /// transmit inside sendto (skb, copy, veth xmit, the sink's receive).
+    pub system_s: f64,
+    /// The first hop's NAPI threads: for the kernel its whole forwarding,
+    /// for AF_XDP the XDP program and the copy into the UMEM.
+    pub napi_s: f64,
+    /// Softirq time on the forwarding CPUs (/proc/stat), outside threads.
+    pub softirq_s: f64,
+}
+
+impl CoreTime {
+    /// "user % / kernel % / softirq %" of the sum: userspace against
+    /// everything the kernel did on the forwarding cores.
+    pub fn split(&self) -> Option<(f64, f64, f64)> {
+        let total = self.user_s + self.system_s + self.napi_s + self.softirq_s;
+        (total > 0.0).then(|| {
+            (
+                100.0 * self.user_s / total,
+                100.0 * (self.system_s + self.napi_s) / total,
+                100.0 * self.softirq_s / total,
+            )
+        })
+    }
+}
+
 fn clock_ticks() -> f64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
@@ -171,6 +229,10 @@ pub enum TrialKind {
 pub struct Trial {
     /// What it measured.
     pub kind: TrialKind,
+    /// Forwarding cores (worker cores, or NAPI threads for the kernel).
+    pub workers: usize,
+    /// The generator that sent ("live" or "afxdp").
+    pub generator: String,
     /// Frame size label ("64", "1500", "imix").
     pub frame_size: String,
     /// Mean frame size on the wire, bytes.
@@ -213,6 +275,8 @@ pub struct Trial {
     pub napi_cpu_s: f64,
     /// CPU seconds of all forwarding work: NAPI thread + forwarder thread.
     pub forwarding_cpu_s: f64,
+    /// Where the forwarding cores' time went.
+    pub core_time: CoreTime,
     /// Forwarding CPU per received frame, ns: the figure that does not
     /// depend on how much CPU the other tenants of the machine left us.
     pub forwarding_ns_per_frame: Option<f64>,
@@ -237,6 +301,8 @@ pub enum Status {
 pub struct ScenarioResult {
     /// Its name.
     pub scenario: String,
+    /// Forwarding cores it ran with.
+    pub workers: usize,
     /// What it is.
     pub description: String,
     /// Whether it ran.
@@ -294,7 +360,7 @@ pub struct Report {
 }
 
 /// The ratios the issue asks for, where both sides ran.
-pub const RATIO_PAIRS: [(&str, &str); 8] = [
+pub const RATIO_PAIRS: [(&str, &str); 10] = [
     ("null-afxdp", "kernel"),
     ("kernel-calico", "kernel"),
     ("null-afxdp", "kernel-vxlan"),
@@ -302,38 +368,55 @@ pub const RATIO_PAIRS: [(&str, &str); 8] = [
     ("null-afxdp", "kernel-native"),
     ("brindle", "null-afxdp"),
     ("brindle", "kernel"),
+    ("brindle", "kernel-vxlan"),
+    ("brindle", "kernel-calico"),
     ("kernel", "generator"),
 ];
 
-/// Computes [`RATIO_PAIRS`] for every frame size.
+/// Computes [`RATIO_PAIRS`] for every frame size and worker count where
+/// both sides ran with it, and brindle's 2-core against its 1-core rate.
 pub fn ratios(scenarios: &[ScenarioResult]) -> Vec<Ratio> {
-    let find = |n: &str| scenarios.iter().find(|s| s.scenario == n);
     let mut out = Vec::new();
-    for (a, b) in RATIO_PAIRS {
-        let (Some(sa), Some(sb)) = (find(a), find(b)) else {
-            continue;
+    let mut workers: Vec<usize> = scenarios.iter().map(|s| s.workers).collect();
+    workers.sort_unstable();
+    workers.dedup();
+    for w in workers {
+        let find = |n: &str| scenarios.iter().find(|s| s.scenario == n && s.workers == w);
+        let suffix = if w > 1 {
+            format!(" ({w} workers)")
+        } else {
+            String::new()
         };
-        for ta in sa.trials.iter().filter(|t| t.kind == TrialKind::Throughput) {
-            if let Some(tb) = sb.throughput(&ta.frame_size)
-                && tb.rx_pps > 0.0
-            {
-                out.push(Ratio {
-                    name: format!("{a} / {b}"),
-                    frame_size: ta.frame_size.clone(),
-                    value: ta.rx_pps / tb.rx_pps,
-                });
-                if let (Some(ca), Some(cb)) =
-                    (ta.forwarding_ns_per_frame, tb.forwarding_ns_per_frame)
-                    && ca > 0.0
-                    // The generator scenario forwards nothing: its NAPI time is
-                    // the sink's receive work, not comparable.
-                    && b != "generator"
+        for (a, b) in RATIO_PAIRS {
+            let (Some(sa), Some(sb)) = (find(a), find(b)) else {
+                continue;
+            };
+            pair_ratios(a, b, sa, sb, &suffix, &mut out);
+        }
+    }
+    for name in ["brindle", "kernel"] {
+        let one = scenarios
+            .iter()
+            .find(|s| s.scenario == name && s.workers == 1);
+        for more in scenarios
+            .iter()
+            .filter(|s| s.scenario == name && s.workers > 1)
+        {
+            if let Some(one) = one {
+                for ta in more
+                    .trials
+                    .iter()
+                    .filter(|t| t.kind == TrialKind::Throughput)
                 {
-                    out.push(Ratio {
-                        name: format!("{a} / {b} per forwarding core-second"),
-                        frame_size: ta.frame_size.clone(),
-                        value: cb / ca,
-                    });
+                    if let Some(tb) = one.throughput(&ta.frame_size)
+                        && tb.rx_pps > 0.0
+                    {
+                        out.push(Ratio {
+                            name: format!("{name} {} workers / 1 worker", more.workers),
+                            frame_size: ta.frame_size.clone(),
+                            value: ta.rx_pps / tb.rx_pps,
+                        });
+                    }
                 }
             }
         }
@@ -341,20 +424,59 @@ pub fn ratios(scenarios: &[ScenarioResult]) -> Vec<Ratio> {
     out
 }
 
+fn pair_ratios(
+    a: &str,
+    b: &str,
+    sa: &ScenarioResult,
+    sb: &ScenarioResult,
+    suffix: &str,
+    out: &mut Vec<Ratio>,
+) {
+    for ta in sa.trials.iter().filter(|t| t.kind == TrialKind::Throughput) {
+        let Some(tb) = sb.throughput(&ta.frame_size) else {
+            continue;
+        };
+        if tb.rx_pps <= 0.0 {
+            continue;
+        }
+        out.push(Ratio {
+            name: format!("{a} / {b}{suffix}"),
+            frame_size: ta.frame_size.clone(),
+            value: ta.rx_pps / tb.rx_pps,
+        });
+        if let (Some(ca), Some(cb)) = (ta.forwarding_ns_per_frame, tb.forwarding_ns_per_frame)
+            && ca > 0.0
+            // The generator scenario forwards nothing: its NAPI time is
+            // the sink's receive work, not comparable.
+            && b != "generator"
+        {
+            out.push(Ratio {
+                name: format!("{a} / {b} per forwarding core-second{suffix}"),
+                frame_size: ta.frame_size.clone(),
+                value: cb / ca,
+            });
+        }
+    }
+}
+
 fn us(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1e3)
 }
 
-/// The terminal table (also used in README.md: it is Markdown).
+/// The terminal table (also used in README.md: it is Markdown). One row
+/// per scenario, worker count and frame size: the throughput trial's
+/// figures, the latency trial's percentiles, where the forwarding cores'
+/// time went (forwarder user / kernel / softirq) and, for brindle, the
+/// share of its poll loops that found frames.
 pub fn table(report: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| scenario | frame | offered Mpps | received Mpps | Gbit/s | loss % | reordered | sink drops | p50 µs | p99 µs | max µs | zero-loss Mpps | fwd ns/frame | forwarder usr/sys |"
+        "| scenario | workers | frame | gen | offered Mpps | received Mpps | Gbit/s | loss % | reordered | sink drops | lat. offered Mpps | p50 µs | p99 µs | p99.9 µs | zero-loss Mpps | fwd ns/frame | core usr/krn/si % | busy polls % |"
     );
     let _ = writeln!(
         s,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for sc in &report.scenarios {
         if let Status::NotAvailable(why) | Status::Failed(why) = &sc.status
@@ -367,40 +489,44 @@ pub fn table(report: &Report) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {} | – | {what}: {why} | | | | | | | | | | | |",
-                sc.scenario
+                "| {} | {} | – | {what}: {why} | | | | | | | | | | | | | | |",
+                sc.scenario, sc.workers
             );
             continue;
         }
         for t in sc.trials.iter().filter(|t| t.kind == TrialKind::Throughput) {
-            let lat = sc
-                .latency(&t.frame_size)
+            let lat_trial = sc.latency(&t.frame_size);
+            let lat = lat_trial
                 .and_then(|l| l.latency.as_ref())
                 .or(t.latency.as_ref());
-            let (p50, p99, max) = lat.map_or(("–".into(), "–".into(), "–".into()), |l| {
-                (us(l.p50_ns), us(l.p99_ns), us(l.max_ns))
+            let (p50, p99, p999) = lat.map_or(("–".into(), "–".into(), "–".into()), |l| {
+                (us(l.p50_ns), us(l.p99_ns), us(l.p999_ns))
             });
+            let lat_offered =
+                lat_trial.map_or("–".into(), |l| format!("{:.3}", l.offered_pps / 1e6));
             let zl = sc
                 .zero_loss_pps
                 .iter()
                 .find(|(f, _)| f == &t.frame_size)
                 .map_or("–".into(), |(_, p)| format!("{:.3}", p / 1e6));
-            let fwd = t.forwarder.as_ref().map_or("–".into(), |f| {
-                let total = (f.cpu.user_s + f.cpu.system_s).max(1e-9);
-                format!(
-                    "{:.0}% / {:.0}%",
-                    100.0 * f.cpu.user_s / total,
-                    100.0 * f.cpu.system_s / total
-                )
+            let split = t.core_time.split().map_or("–".into(), |(u, k, si)| {
+                format!("{u:.0} / {k:.0} / {si:.0}")
             });
+            let busy = t
+                .forwarder
+                .as_ref()
+                .and_then(|f| f.busy_share())
+                .map_or("–".into(), |b| format!("{:.0}", 100.0 * b));
             let cost = t
                 .forwarding_ns_per_frame
                 .map_or("–".into(), |c| format!("{c:.0}"));
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.3} | {:.3} | {:.2} | {:.2} | {} | {} | {p50} | {p99} | {max} | {zl} | {cost} | {fwd} |",
+                "| {} | {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.2} | {} | {} | {lat_offered} | {p50} | {p99} | {p999} | {zl} | {cost} | {split} | {busy} |",
                 sc.scenario,
+                t.workers,
                 t.frame_size,
+                t.generator,
                 t.offered_pps / 1e6,
                 t.rx_pps / 1e6,
                 t.rx_wire_gbps,
@@ -426,6 +552,9 @@ mod tests {
     fn trial(size: &str, rx_pps: f64) -> Trial {
         Trial {
             kind: TrialKind::Throughput,
+            workers: 1,
+            generator: "live".into(),
+            core_time: CoreTime::default(),
             frame_size: size.into(),
             mean_wire_size: 64.0,
             target_pps: None,
@@ -454,6 +583,7 @@ mod tests {
     fn scenario(name: &str, trials: Vec<Trial>) -> ScenarioResult {
         ScenarioResult {
             scenario: name.into(),
+            workers: 1,
             description: String::new(),
             status: Status::Ran,
             trials,
@@ -528,11 +658,16 @@ mod tests {
         assert_eq!(v["scenarios"][1]["status"]["status"], "not-available");
         assert_eq!(v["scenarios"][1]["status"]["reason"], "no run mode");
         let table = table(&report);
-        assert!(table.contains("| kernel | 64 | 1.100 | 1.000 |"), "{table}");
         assert!(
-            table.contains("| brindle | – | not available: no run mode"),
+            table.contains("| kernel | 1 | 64 | live | 1.100 | 1.000 |"),
             "{table}"
         );
+        assert!(
+            table.contains("| brindle | 1 | – | not available: no run mode"),
+            "{table}"
+        );
+        assert_eq!(t["workers"], 1);
+        assert_eq!(t["core_time"]["softirq_s"], 0.0);
     }
 
     #[test]
@@ -541,6 +676,61 @@ mod tests {
         assert_eq!(parse_task_cpu_ticks(line), Some(59));
         assert_eq!(parse_task_cpu_ticks("garbage"), None);
         assert_eq!(parse_task_cpu_ticks("1 (x) S 1 2"), None);
+        assert_eq!(parse_task_user_system_ticks(line), Some((17, 42)));
+        assert_eq!(parse_task_user_system_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn ratios_pair_only_equal_worker_counts_and_scale_brindle_over_workers() {
+        let with = |name: &str, workers: usize, rx: f64| ScenarioResult {
+            workers,
+            ..scenario(
+                name,
+                vec![Trial {
+                    workers,
+                    ..trial("64", rx)
+                }],
+            )
+        };
+        let s = vec![
+            with("kernel", 1, 1e6),
+            with("brindle", 1, 5e5),
+            with("kernel", 2, 2e6),
+            with("brindle", 2, 1.5e6),
+        ];
+        let r = ratios(&s);
+        let get = |n: &str| r.iter().find(|x| x.name == n).map(|x| x.value);
+        assert_eq!(get("brindle / kernel"), Some(0.5));
+        assert_eq!(get("brindle / kernel (2 workers)"), Some(0.75));
+        assert_eq!(get("brindle 2 workers / 1 worker"), Some(3.0));
+        assert_eq!(get("kernel 2 workers / 1 worker"), Some(2.0));
+        assert_eq!(r.len(), 4, "{r:?}");
+    }
+
+    #[test]
+    fn core_time_splits_user_kernel_and_softirq() {
+        let t = CoreTime {
+            user_s: 0.1,
+            system_s: 0.5,
+            napi_s: 0.3,
+            softirq_s: 0.1,
+        };
+        let (u, k, si) = t.split().unwrap();
+        assert!((u - 10.0).abs() < 1e-9 && (k - 80.0).abs() < 1e-9 && (si - 10.0).abs() < 1e-9);
+        assert_eq!(CoreTime::default().split(), None);
+    }
+
+    #[test]
+    fn softirq_seconds_sum_only_the_forwarding_cpus() {
+        let at = |si: u64| CpuTimes {
+            softirq: si,
+            ..CpuTimes::default()
+        };
+        let before = [at(10), at(100)];
+        let after = [at(10 + 1_000), at(100 + 50)];
+        let ticks = clock_ticks();
+        assert!((softirq_seconds(&before, &after, &[1]) - 50.0 / ticks).abs() < 1e-9);
+        assert!((softirq_seconds(&before, &after, &[0, 1, 7]) - 1050.0 / ticks).abs() < 1e-9);
     }
 
     #[test]

@@ -11,12 +11,21 @@ use serde::Serialize;
 use crate::calico;
 use crate::forwarder::{Availability, Forwarder};
 use crate::frame::{FlowSpec, FrameSize, WIRE_OVERHEAD};
-use crate::report::{ScenarioResult, Status, Trial, TrialKind, cpu_shares, cpu_times, task_cpu_s};
+use crate::report::{
+    CoreTime, ScenarioResult, Status, Trial, TrialKind, cpu_shares, cpu_times, softirq_seconds,
+    task_cpu_s,
+};
 use crate::search::ZeroLossSearch;
 use crate::topo::{self, Shape, TopoError, Topology, Underlay};
 use crate::traffic::{
-    GeneratorConfig, GeneratorKind, Rate, Sink, SinkConfig, TrafficError, spawn_generator,
+    GeneratorConfig, GeneratorKind, GeneratorResult, Rate, Sink, SinkConfig, ThreadCpu,
+    TrafficError, spawn_generator,
 };
+
+/// Online CPUs.
+pub fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 /// The scenarios.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -103,6 +112,18 @@ impl Scenario {
         }
     }
 
+    /// Whether it runs with `workers` forwarding cores: the kernel's
+    /// forwarding (one NAPI thread per RX queue: RSS), brindle (`--cpu`
+    /// with several cores) and the generator's own ceiling. The null
+    /// forwarder is one thread, and the two-node paths keep one queue.
+    pub fn supports_workers(&self, workers: usize) -> bool {
+        workers <= 1
+            || matches!(
+                self,
+                Scenario::Generator | Scenario::Kernel | Scenario::KernelCalico | Scenario::Brindle
+            )
+    }
+
     fn shape(&self) -> Shape {
         match self {
             Scenario::Generator | Scenario::GeneratorAfxdp => Shape::Direct,
@@ -153,6 +174,44 @@ pub struct RunOptions {
     /// so every forwarder (kernel or AF_XDP) gets the same one core and the
     /// generator's core only generates.
     pub threaded_napi: bool,
+    /// Worker core counts to run each scenario with (`--workers 1,2`).
+    pub workers: Vec<usize>,
+}
+
+/// Where a trial's threads run for `workers` forwarding cores.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Forwarding cores: NAPI thread of RX queue n on `fwd_cpus[n]`, and
+    /// brindle's `--cpu` list.
+    pub fwd_cpus: Vec<usize>,
+    /// Generator threads, one per queue: a veth puts an XDP frame on the
+    /// receiver's queue of the sending CPU, so the n-th thread runs on the
+    /// n-th CPU to reach queue n.
+    pub gen_cpus: Vec<usize>,
+}
+
+impl Placement {
+    /// One worker: the generator on `gen_cpu`, forwarding on `fwd_cpu`.
+    /// Several: as many queues, generator threads on CPUs 0.. and the
+    /// forwarding of queue n on CPU n (shared with a generator thread:
+    /// this machine has no third core).
+    pub fn new(options: &RunOptions, workers: usize, cores: usize) -> Placement {
+        let cores = cores.max(1);
+        if workers <= 1 {
+            return Placement {
+                fwd_cpus: vec![options.fwd_cpu],
+                gen_cpus: vec![options.gen_cpu],
+            };
+        }
+        Placement {
+            fwd_cpus: (0..workers)
+                .map(|i| (options.fwd_cpu + i) % cores)
+                .collect(),
+            gen_cpus: (0..workers)
+                .map(|i| (options.gen_cpu + i) % cores)
+                .collect(),
+        }
+    }
 }
 
 impl Default for RunOptions {
@@ -174,6 +233,7 @@ impl Default for RunOptions {
             brindle_binary: PathBuf::from("brindle-vrouter"),
             calico_endpoints: 50,
             threaded_napi: true,
+            workers: vec![1],
         }
     }
 }
@@ -207,7 +267,7 @@ pub fn flow_spec(t: &Topology) -> FlowSpec {
 }
 
 /// One trial in a built topology: the sink starts, the forwarder (if any)
-/// starts, the generator sends for `duration`, 200 ms drain, counts.
+/// starts, the generator threads send for `duration`, 200 ms drain, counts.
 pub fn run_trial(
     topology: &Topology,
     prepared: &Prepared,
@@ -227,6 +287,7 @@ pub fn run_trial(
         base_src_port: spec.base_src_port,
         flows: options.flows,
         frames: 2048,
+        queues: topology.queues,
     })?;
     let running = match &topology.router {
         Some(ports) => prepared.forwarder.start(ports)?,
@@ -235,28 +296,96 @@ pub fn run_trial(
     let napi_cpu = |pids: &[i32]| pids.iter().filter_map(|&p| task_cpu_s(p)).sum::<f64>();
     let napi_before = napi_cpu(&prepared.napi_threads);
     let cpu_before = cpu_times();
+    let process_before = running.process_cpu();
+    // IMIX interleaves its sizes frame by frame only from the AF_XDP
+    // generator (its UMEM chunks hold the 12-frame cycle); the live
+    // generator sends one frame per kernel call, so one size at a time.
+    //
+    // Several generator threads (one per worker core, each on its own
+    // queue) also use the AF_XDP generator: two concurrent live-frames
+    // calls on two CPUs into a two-queue veth lost 40-70 % of the frames
+    // here and delayed others by the whole trial, while AF_XDP TX threads
+    // bound to queues 0 and 1 deliver every frame.
+    let threads = prepared.placement.gen_cpus.len().max(1);
+    let generator_kind = match size {
+        FrameSize::Imix => GeneratorKind::Afxdp,
+        FrameSize::Fixed(_) if threads > 1 => GeneratorKind::Afxdp,
+        FrameSize::Fixed(_) => prepared.generator,
+    };
+    let flows = options.flows.max(threads as u16);
+    let per_thread = flows / threads as u16;
     let stop = Arc::new(AtomicBool::new(false));
-    let generator = spawn_generator(
-        GeneratorConfig {
-            kind: prepared.generator,
-            endpoint: topology.generator.clone(),
-            flow: spec,
-            flows: options.flows,
-            size,
-            rate,
-            duration: options.duration,
-            tag,
-            cpu: Some(options.gen_cpu),
-            frames: 2048,
-        },
-        stop,
-    )
-    .join()
-    .map_err(|_| TrafficError::Thread("generator"))??;
+    let handles: Vec<_> = prepared
+        .placement
+        .gen_cpus
+        .iter()
+        .enumerate()
+        .map(|(i, &cpu)| {
+            let first_flow = per_thread * i as u16;
+            let thread_flows = if i + 1 == threads {
+                flows - first_flow
+            } else {
+                per_thread
+            };
+            spawn_generator(
+                GeneratorConfig {
+                    kind: generator_kind,
+                    endpoint: topology.generator.clone(),
+                    flow: FlowSpec {
+                        base_src_port: spec.base_src_port + first_flow,
+                        ..spec
+                    },
+                    flows: thread_flows,
+                    size,
+                    rate: match rate {
+                        Rate::Max => Rate::Max,
+                        Rate::Pps(p) => Rate::Pps(p / threads as f64),
+                    },
+                    duration: options.duration,
+                    tag,
+                    cpu: Some(cpu),
+                    frames: 2048,
+                    queue: i as u32 % topology.queues.max(1),
+                    stream: i as u64,
+                },
+                stop.clone(),
+            )
+        })
+        .collect();
+    let mut generator = GeneratorResult::default();
+    let mut failure = None;
+    for h in handles {
+        match h.join().map_err(|_| TrafficError::Thread("generator")) {
+            Ok(Ok(g)) => {
+                generator.sent += g.sent;
+                generator.bytes += g.bytes;
+                generator.per_flow.extend(g.per_flow);
+                generator.elapsed_s = generator.elapsed_s.max(g.elapsed_s);
+                generator.cpu.user_s += g.cpu.user_s;
+                generator.cpu.system_s += g.cpu.system_s;
+            }
+            Ok(Err(e)) | Err(e) => failure = Some(e),
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
     std::thread::sleep(Duration::from_millis(200));
-    let cpus = cpu_shares(&cpu_before, &cpu_times());
+    let cpu_after = cpu_times();
+    let cpus = cpu_shares(&cpu_before, &cpu_after);
+    let softirq_s = softirq_seconds(&cpu_before, &cpu_after, &prepared.placement.fwd_cpus);
     let napi_cpu_s = napi_cpu(&prepared.napi_threads) - napi_before;
-    let forwarder_stats = running.finish()?;
+    let process_cpu = match (process_before, running.process_cpu()) {
+        (Some(b), Some(a)) => Some(a.since(&b)),
+        _ => None,
+    };
+    let forwarder_stats = running.finish()?.map(|mut f| {
+        // A forwarder process (brindle): its CPU over the trial's window.
+        if let Some(c) = process_cpu {
+            f.cpu = c;
+        }
+        f
+    });
     let seen = sink.finish()?;
     if topo::STOP.load(Ordering::Relaxed) {
         return Err(RunError::Interrupted);
@@ -265,10 +394,10 @@ pub fn run_trial(
     let received = seen.counter.received;
     let lost = seen.counter.lost(generator.sent);
     let wire_bits = (seen.counter.bytes + received * u64::from(4 + WIRE_OVERHEAD)) as f64 * 8.0;
-    let forwarding_cpu_s = napi_cpu_s
-        + forwarder_stats
-            .as_ref()
-            .map_or(0.0, |f| f.cpu.user_s + f.cpu.system_s);
+    let forwarder_cpu = forwarder_stats
+        .as_ref()
+        .map_or(ThreadCpu::default(), |f| f.cpu);
+    let forwarding_cpu_s = napi_cpu_s + forwarder_cpu.user_s + forwarder_cpu.system_s;
     let per_frame =
         |cpu: f64, frames: u64| (frames > 0 && cpu > 0.0).then(|| cpu * 1e9 / frames as f64);
     Ok(Trial {
@@ -279,6 +408,14 @@ pub fn run_trial(
         ),
         napi_cpu_s,
         forwarding_cpu_s,
+        core_time: CoreTime {
+            user_s: forwarder_cpu.user_s,
+            system_s: forwarder_cpu.system_s,
+            napi_s: napi_cpu_s,
+            softirq_s,
+        },
+        workers: prepared.workers,
+        generator: generator_kind.name().into(),
         kind,
         frame_size: size.label(),
         mean_wire_size: size.mean_wire_size(),
@@ -320,24 +457,30 @@ pub struct Prepared {
     pub napi_threads: Vec<i32>,
     /// The generator the trials use.
     pub generator: GeneratorKind,
+    /// Forwarding cores.
+    pub workers: usize,
+    /// Where the threads run.
+    pub placement: Placement,
 }
 
 fn prepare(
     scenario: Scenario,
     topology: &Topology,
     options: &RunOptions,
+    workers: usize,
 ) -> Result<Prepared, RunError> {
+    let placement = Placement::new(options, workers, online_cpus());
     let generator = match scenario {
         Scenario::GeneratorAfxdp => GeneratorKind::Afxdp,
         _ => options.generator,
     };
     let mut notes = vec![format!(
-        "generator: {} on CPU {}",
+        "generator: {} on CPU(s) {:?}; IMIX, and several generator threads, from the AF_XDP generator (interleaved sizes, one TX queue per thread)",
         match generator {
             GeneratorKind::Live => "BPF_PROG_TEST_RUN live frames (XDP stamp + redirect)",
             GeneratorKind::Afxdp => "AF_XDP TX, copy mode",
         },
-        options.gen_cpu
+        placement.gen_cpus
     )];
     let mut napi_threads = Vec::new();
     if options.threaded_napi {
@@ -349,11 +492,11 @@ fn prepare(
         }
         let (ns, dev) = &topology.first_rx;
         if let Some(n) = topology.netns(ns) {
-            let pids = topo::thread_napi(n, dev, options.fwd_cpu)?;
+            let pids = topo::thread_napi_on(n, dev, &placement.fwd_cpus)?;
             napi_threads.clone_from(&pids);
             notes.push(format!(
-                "receive work of {dev} in NAPI thread(s) {pids:?} pinned to CPU {}",
-                options.fwd_cpu
+                "{workers} worker core(s): receive work of {dev} ({} RX queue(s)) in NAPI thread(s) {pids:?} pinned to CPU(s) {:?}",
+                topology.queues, placement.fwd_cpus
             ));
         }
     }
@@ -363,7 +506,7 @@ fn prepare(
         },
         Scenario::Brindle => Forwarder::Brindle {
             binary: options.brindle_binary.clone(),
-            cpu: options.fwd_cpu,
+            cpus: placement.fwd_cpus.clone(),
         },
         _ => Forwarder::Kernel,
     };
@@ -409,6 +552,8 @@ fn prepare(
         notes,
         napi_threads,
         generator,
+        workers,
+        placement,
     })
 }
 
@@ -419,8 +564,20 @@ pub fn run_scenario(
     earlier: &[ScenarioResult],
     progress: &mut dyn FnMut(&str),
 ) -> ScenarioResult {
+    run_scenario_with(scenario, 1, options, earlier, progress)
+}
+
+/// Runs one scenario with `workers` forwarding cores.
+pub fn run_scenario_with(
+    scenario: Scenario,
+    workers: usize,
+    options: &RunOptions,
+    earlier: &[ScenarioResult],
+    progress: &mut dyn FnMut(&str),
+) -> ScenarioResult {
     let mut result = ScenarioResult {
         scenario: scenario.name().into(),
+        workers,
         description: scenario.description().into(),
         status: Status::Ran,
         trials: Vec::new(),
@@ -430,7 +587,7 @@ pub fn run_scenario(
     if scenario == Scenario::Brindle {
         let f = Forwarder::Brindle {
             binary: options.brindle_binary.clone(),
-            cpu: options.fwd_cpu,
+            cpus: Placement::new(options, workers, online_cpus()).fwd_cpus,
         };
         if let Availability::NotAvailable(why) = f.availability() {
             progress(&format!("{}: not available ({why})", scenario.name()));
@@ -438,7 +595,7 @@ pub fn run_scenario(
             return result;
         }
     }
-    match scenario_trials(scenario, options, earlier, progress, &mut result) {
+    match scenario_trials(scenario, workers, options, earlier, progress, &mut result) {
         Ok(()) => {}
         // A kernel built without the IPIP driver (CONFIG_NET_IPIP) cannot
         // have this path at all: not available, not a failure.
@@ -460,19 +617,23 @@ pub fn run_scenario(
 
 fn scenario_trials(
     scenario: Scenario,
+    workers: usize,
     options: &RunOptions,
     earlier: &[ScenarioResult],
     progress: &mut dyn FnMut(&str),
     result: &mut ScenarioResult,
 ) -> Result<(), RunError> {
-    let topology = Topology::build(scenario.shape())?;
-    let prepared = prepare(scenario, &topology, options)?;
+    let topology = Topology::build_with_queues(scenario.shape(), workers as u32)?;
+    let prepared = prepare(scenario, &topology, options, workers)?;
     result.notes.clone_from(&prepared.notes);
     for n in prepared.notes.iter().filter(|n| n.starts_with("iptables:")) {
         progress(&format!("{}: {n}", scenario.name()));
     }
     for &size in &options.sizes {
-        progress(&format!("{} {size}: throughput ...", scenario.name()));
+        progress(&format!(
+            "{} {size} ×{workers}: throughput ...",
+            scenario.name()
+        ));
         let t = run_trial(
             &topology,
             &prepared,
@@ -482,7 +643,7 @@ fn scenario_trials(
             TrialKind::Throughput,
         )?;
         progress(&format!(
-            "{} {size}: offered {:.3} Mpps, received {:.3} Mpps, loss {:.2} %",
+            "{} {size} ×{workers}: offered {:.3} Mpps, received {:.3} Mpps, loss {:.2} %",
             scenario.name(),
             t.offered_pps / 1e6,
             t.rx_pps / 1e6,
@@ -497,7 +658,11 @@ fn scenario_trials(
             // reference scenario's maximum when it ran before at this size.
             let reference = options
                 .latency_reference
-                .and_then(|r| earlier.iter().find(|e| e.scenario == r.name()))
+                .and_then(|r| {
+                    earlier
+                        .iter()
+                        .find(|e| e.scenario == r.name() && e.workers == workers)
+                })
                 .and_then(|e| e.throughput(&size.label()))
                 .map(|t| t.rx_pps);
             let (base, of_what) = match reference {
@@ -517,11 +682,12 @@ fn scenario_trials(
             )?;
             if let Some(l) = &t.latency {
                 progress(&format!(
-                    "{} {size}: latency at {:.0} % of the {of_what} maximum: p50 {:.1} µs, p99 {:.1} µs",
+                    "{} {size} ×{workers}: latency at {:.0} % of the {of_what} maximum: p50 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs",
                     scenario.name(),
                     fraction * 100.0,
                     l.p50_ns as f64 / 1e3,
-                    l.p99_ns as f64 / 1e3
+                    l.p99_ns as f64 / 1e3,
+                    l.p999_ns as f64 / 1e3
                 ));
             }
             result.trials.push(t);

@@ -41,6 +41,7 @@ pub fn send_and_count(
 ) -> Result<(GeneratorResult, SinkResult), RunError> {
     let spec = flow_spec(topology);
     let sink = Sink::start(SinkConfig {
+        queues: 1,
         endpoint: topology.sink.clone(),
         tag,
         base_src_port: spec.base_src_port,
@@ -49,6 +50,8 @@ pub fn send_and_count(
     })?;
     let sent = spawn_generator(
         GeneratorConfig {
+            queue: 0,
+            stream: 0,
             kind,
             endpoint: topology.generator.clone(),
             flow: spec,

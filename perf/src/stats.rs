@@ -7,6 +7,11 @@ use serde::Serialize;
 /// Highest latency the histogram holds (60 s); longer ones are clamped.
 const MAX_LATENCY_NS: u64 = 60_000_000_000;
 
+/// Several generator threads (one per worker core) each number their
+/// frames from `stream << STREAM_SHIFT`, so no two frames of a trial share
+/// a number.
+pub const STREAM_SHIFT: u32 = 48;
+
 /// Counters of one trial at the sink.
 #[derive(Clone, Debug)]
 pub struct SeqCounter {
@@ -14,10 +19,12 @@ pub struct SeqCounter {
     pub received: u64,
     /// Bytes of those frames (without FCS).
     pub bytes: u64,
-    /// Frames whose sequence number was below one already seen.
+    /// Frames whose sequence number was below one already seen in the
+    /// same flow (RFC 4737: order matters within a flow; frames of two
+    /// flows on two cores have none between them).
     pub reordered: u64,
-    /// Highest sequence number seen.
-    pub highest: Option<u64>,
+    /// Highest sequence number seen, per flow.
+    pub highest: Vec<Option<u64>>,
     /// One-way latency, nanoseconds.
     pub latency: Histogram<u64>,
 }
@@ -29,13 +36,19 @@ impl Default for SeqCounter {
 }
 
 impl SeqCounter {
-    /// Empty counters; the histogram is allocated here, never per frame.
+    /// Empty counters for one flow.
     pub fn new() -> SeqCounter {
+        SeqCounter::with_flows(1)
+    }
+
+    /// Empty counters for `flows` flows; the histogram and the per-flow
+    /// marks are allocated here, never per frame.
+    pub fn with_flows(flows: usize) -> SeqCounter {
         SeqCounter {
             received: 0,
             bytes: 0,
             reordered: 0,
-            highest: None,
+            highest: vec![None; flows.max(1)],
             latency: Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3)
                 .expect("static histogram bounds are valid"),
         }
@@ -45,11 +58,20 @@ impl SeqCounter {
     /// `sent_ns` and seen at `now_ns` (same clock).
     #[inline]
     pub fn record(&mut self, seq: u64, len: usize, sent_ns: u64, now_ns: u64) {
+        self.record_in_flow(seq, 0, len, sent_ns, now_ns);
+    }
+
+    /// The same for a frame of flow `flow` (flows beyond those counted
+    /// share the last mark).
+    #[inline]
+    pub fn record_in_flow(&mut self, seq: u64, flow: usize, len: usize, sent_ns: u64, now_ns: u64) {
         self.received += 1;
         self.bytes += len as u64;
-        match self.highest {
+        let last = self.highest.len() - 1;
+        let mark = &mut self.highest[flow.min(last)];
+        match *mark {
             Some(h) if seq < h => self.reordered += 1,
-            _ => self.highest = Some(seq),
+            _ => *mark = Some(seq),
         }
         // A zero latency is possible only if the two clock reads collide;
         // record it as the histogram's smallest value.
@@ -134,7 +156,7 @@ mod tests {
         assert_eq!(c.received, 5);
         assert_eq!(c.bytes, 300);
         assert_eq!(c.reordered, 0);
-        assert_eq!(c.highest, Some(7));
+        assert_eq!(c.highest[0], Some(7));
         assert_eq!(c.lost(8), 3);
         assert_eq!(c.lost(2), 0, "never negative");
     }
@@ -146,8 +168,32 @@ mod tests {
             c.record(seq, 60, 0, 100);
         }
         assert_eq!(c.reordered, 2);
-        assert_eq!(c.highest, Some(5));
+        assert_eq!(c.highest[0], Some(5));
         assert_eq!(c.received, 6);
+    }
+
+    #[test]
+    fn order_counts_within_a_flow_not_between_flows() {
+        let mut c = SeqCounter::with_flows(2);
+        let b = 1u64 << STREAM_SHIFT;
+        // Flow 0 on one core, flow 1 (another generator's stream) on the
+        // other: they interleave freely; only 6 after 7 in flow 1 counts.
+        for (seq, flow) in [
+            (b, 1),
+            (0, 0),
+            (b + 5, 1),
+            (3, 0),
+            (4, 0),
+            (b + 7, 1),
+            (b + 6, 1),
+        ] {
+            c.record_in_flow(seq, flow, 60, 0, 100);
+        }
+        assert_eq!(c.reordered, 1);
+        assert_eq!(c.highest, vec![Some(4), Some(b + 7)]);
+        // A flow beyond those counted shares the last mark, never panics.
+        c.record_in_flow(1, 9, 60, 0, 100);
+        assert_eq!(c.reordered, 2);
     }
 
     #[test]

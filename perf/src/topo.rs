@@ -9,7 +9,7 @@ use std::io::Write;
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use brindle_wire::MacAddr;
 use nix::sched::{CloneFlags, setns};
@@ -19,7 +19,6 @@ pub static STOP: AtomicBool = AtomicBool::new(false);
 
 /// Namespaces alive now, for the signal watcher's last-resort cleanup.
 static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
-static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// Errors of topology setup.
 #[derive(Debug, thiserror::Error)]
@@ -92,46 +91,78 @@ pub fn run(args: &[&str]) -> Result<String, TopoError> {
     run_with_input(args, None)
 }
 
-/// A name unique to this process and call: `bp<pid><role><n>`, at most 15
-/// bytes.
+/// `bp<role>`, the role cut to 3 letters or digits so that the names the
+/// shared helpers make from it (`<prefix><pid>x<n>`) stay within 15 bytes.
+fn prefix(role: &str) -> String {
+    let role: String = role
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(3)
+        .collect();
+    format!("bp{role}")
+}
+
+/// A name unique to this process and call, `bp<role><pid>x<n>`
+/// (`brindle_tests::netns::unique`).
 pub fn unique(role: &str) -> String {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut name = format!("bp{}{role}{n}", std::process::id() % 100_000);
-    name.truncate(15);
-    name
+    brindle_tests::netns::unique(&prefix(role))
+}
+
+/// A failure of the shared helpers, with the command that failed.
+fn failed(cmd: &[&str], e: anyhow::Error) -> TopoError {
+    TopoError::Failed {
+        cmd: cmd.join(" "),
+        stderr: format!("{e:#}"),
+    }
 }
 
 /// A network namespace, deleted on drop with everything inside it
-/// (veths, routes, iptables rules, ipsets, conntrack entries).
-#[derive(Debug)]
+/// (veths, routes, iptables rules, ipsets, conntrack entries). The
+/// namespace itself is `brindle_tests::netns::Netns`; this adds the
+/// registry the Ctrl-C watcher cleans up from, and typed errors.
 pub struct Netns {
     /// Its name under /var/run/netns.
     pub name: String,
+    /// Deletes the namespace when dropped (after `Drop for Netns` took the
+    /// name off the registry).
+    inner: brindle_tests::netns::Netns,
+}
+
+impl std::fmt::Debug for Netns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Netns").field("name", &self.name).finish()
+    }
 }
 
 impl Netns {
-    /// Creates `bp<pid><role><n>` with loopback up.
+    /// Creates `bp<role><pid>x<n>` with loopback up.
     pub fn new(role: &str) -> Result<Netns, TopoError> {
-        let name = unique(role);
-        run(&["ip", "netns", "add", &name])?;
+        let prefix = prefix(role);
+        let inner = brindle_tests::netns::Netns::new(&prefix)
+            .map_err(|e| failed(&["ip", "netns", "add", &prefix], e))?;
+        let name = inner.name.clone();
         LIVE.lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(name.clone());
-        let ns = Netns { name };
-        ns.ip(&["link", "set", "lo", "up"])?;
-        Ok(ns)
+        Ok(Netns { name, inner })
     }
 
     /// `ip -n <ns> args...`
     pub fn ip(&self, args: &[&str]) -> Result<String, TopoError> {
-        let mut full = vec!["ip", "-n", &self.name];
-        full.extend_from_slice(args);
-        run(&full)
+        self.inner.ip(args).map_err(|e| {
+            let mut cmd = vec!["ip", "-n", &self.name];
+            cmd.extend_from_slice(args);
+            failed(&cmd, e)
+        })
     }
 
     /// `ip netns exec <ns> args...`
     pub fn exec(&self, args: &[&str]) -> Result<String, TopoError> {
-        self.exec_with_input(args, None)
+        self.inner.exec(args).map_err(|e| {
+            let mut cmd = vec!["ip", "netns", "exec", &self.name];
+            cmd.extend_from_slice(args);
+            failed(&cmd, e)
+        })
     }
 
     /// `ip netns exec <ns> args...` with `stdin`.
@@ -180,9 +211,7 @@ pub fn enter(name: &str) -> Result<(), TopoError> {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
+        // `inner` deletes the namespace right after this.
         LIVE.lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|n| n != &self.name);
@@ -298,6 +327,12 @@ pub struct Topology {
     pub first_rx: (String, String),
     /// Namespaces in creation order; the router (or node A) is `nodes[0]`.
     pub nodes: Vec<Netns>,
+    /// TX and RX queues of the generator's and the sink's veth pairs (and
+    /// the router's ports): one per worker core. A veth delivers a frame
+    /// on the receiver's queue of the sending CPU (XDP frames) or of the
+    /// sender's TX queue (skbs), so generator threads on several CPUs
+    /// spread over the queues, as RSS spreads flows on a NIC.
+    pub queues: u32,
     /// The generator's and the sink's namespaces.
     pub ends: Vec<Netns>,
 }
@@ -320,7 +355,8 @@ fn mac_str(m: MacAddr) -> String {
     m.to_string()
 }
 
-/// `ip link add a type veth peer b`, a in `ns_a`, b in `ns_b`, MACs set, both up.
+/// `ip link add a type veth peer b`, a in `ns_a`, b in `ns_b`, MACs set,
+/// `queues` TX and RX queues on both ends, both up.
 fn veth(
     ns_a: &Netns,
     a: &str,
@@ -328,13 +364,19 @@ fn veth(
     ns_b: &Netns,
     b: &str,
     mac_b: MacAddr,
+    queues: u32,
 ) -> Result<(), TopoError> {
+    let q = queues.max(1).to_string();
     ns_a.ip(&[
         "link",
         "add",
         a,
         "address",
         &mac_str(mac_a),
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
         "type",
         "veth",
         "peer",
@@ -344,6 +386,10 @@ fn veth(
         &ns_b.name,
         "address",
         &mac_str(mac_b),
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
     ])?;
     ns_a.ip(&["link", "set", "dev", a, "up"])?;
     ns_b.ip(&["link", "set", "dev", b, "up"])?;
@@ -358,8 +404,18 @@ const ROUTER_SYSCTLS: [&str; 4] = [
 ];
 
 impl Topology {
-    /// Builds a topology of `shape`.
+    /// Builds a topology of `shape` with single-queue veths.
     pub fn build(shape: Shape) -> Result<Topology, TopoError> {
+        Topology::build_with_queues(shape, 1)
+    }
+
+    /// Builds a topology of `shape`; the direct and routed shapes' veths
+    /// get `queues` queues (the two-node shape always one).
+    pub fn build_with_queues(shape: Shape, queues: u32) -> Result<Topology, TopoError> {
+        let queues = match shape {
+            Shape::TwoNode(_) => 1,
+            _ => queues.max(1),
+        };
         let gen_ns = Netns::new("g")?;
         let sink_ns = Netns::new("s")?;
         let gen_mac = mac(1);
@@ -370,7 +426,9 @@ impl Topology {
         let mut first_rx = (sink_ns.name.clone(), sink_if.to_owned());
         let (next_hop_mac, router) = match shape {
             Shape::Direct => {
-                veth(&gen_ns, gen_if, gen_mac, &sink_ns, sink_if, sink_mac)?;
+                veth(
+                    &gen_ns, gen_if, gen_mac, &sink_ns, sink_if, sink_mac, queues,
+                )?;
                 gen_ns.ip(&["addr", "add", "10.201.1.2/16", "dev", gen_if])?;
                 sink_ns.ip(&["addr", "add", "10.201.2.2/16", "dev", sink_if])?;
                 (sink_mac, None)
@@ -378,8 +436,8 @@ impl Topology {
             Shape::Routed => {
                 let r = Netns::new("r")?;
                 let (r_in, r_out) = (mac(3), mac(4));
-                veth(&gen_ns, gen_if, gen_mac, &r, ROUTER_IN, r_in)?;
-                veth(&sink_ns, sink_if, sink_mac, &r, ROUTER_OUT, r_out)?;
+                veth(&gen_ns, gen_if, gen_mac, &r, ROUTER_IN, r_in, queues)?;
+                veth(&sink_ns, sink_if, sink_mac, &r, ROUTER_OUT, r_out, queues)?;
                 gen_ns.ip(&["addr", "add", "10.201.1.2/24", "dev", gen_if])?;
                 sink_ns.ip(&["addr", "add", "10.201.2.2/24", "dev", sink_if])?;
                 r.ip(&["addr", "add", "10.201.1.1/24", "dev", ROUTER_IN])?;
@@ -423,9 +481,9 @@ impl Topology {
                 let a = Netns::new("a")?;
                 let b = Netns::new("b")?;
                 let (a_in, a_ul, b_ul, b_out) = (mac(3), mac(5), mac(6), mac(4));
-                veth(&gen_ns, gen_if, gen_mac, &a, "pod0", a_in)?;
-                veth(&a, "ul0", a_ul, &b, "ul0", b_ul)?;
-                veth(&sink_ns, sink_if, sink_mac, &b, "pod0", b_out)?;
+                veth(&gen_ns, gen_if, gen_mac, &a, "pod0", a_in, 1)?;
+                veth(&a, "ul0", a_ul, &b, "ul0", b_ul, 1)?;
+                veth(&sink_ns, sink_if, sink_mac, &b, "pod0", b_out, 1)?;
                 gen_ns.ip(&["addr", "add", "10.201.1.2/24", "dev", gen_if])?;
                 sink_ns.ip(&["addr", "add", "10.201.2.2/24", "dev", sink_if])?;
                 a.ip(&["addr", "add", "10.201.1.1/24", "dev", "pod0"])?;
@@ -638,6 +696,7 @@ impl Topology {
             router,
             first_rx,
             nodes,
+            queues,
             ends: vec![gen_ns, sink_ns],
         })
     }
@@ -677,6 +736,13 @@ fn napi_threads() -> Vec<i32> {
 /// forwarding) runs in the softirq of the CPU that transmitted into it,
 /// i.e. on the generator's core. Returns the threads pinned.
 pub fn thread_napi(ns: &Netns, dev: &str, cpu: usize) -> Result<Vec<i32>, TopoError> {
+    thread_napi_on(ns, dev, &[cpu])
+}
+
+/// The same for a device with several RX queues: one NAPI thread per
+/// queue, the n-th (in creation order, i.e. queue order) pinned to
+/// `cpus[n % cpus.len()]`.
+pub fn thread_napi_on(ns: &Netns, dev: &str, cpus: &[usize]) -> Result<Vec<i32>, TopoError> {
     let before = napi_threads();
     ns.exec(&["ethtool", "-K", dev, "gro", "on"])?;
     ns.exec(&[
@@ -684,17 +750,20 @@ pub fn thread_napi(ns: &Netns, dev: &str, cpu: usize) -> Result<Vec<i32>, TopoEr
         "-c",
         &format!("echo 1 > /sys/class/net/{dev}/threaded"),
     ])?;
-    let new: Vec<i32> = napi_threads()
+    let mut new: Vec<i32> = napi_threads()
         .into_iter()
         .filter(|p| !before.contains(p))
         .collect();
-    let mut set = nix::sched::CpuSet::new();
-    let failed = |e: nix::Error| TopoError::Failed {
-        cmd: format!("pin NAPI thread of {dev} to CPU {cpu}"),
-        stderr: e.to_string(),
-    };
-    set.set(cpu).map_err(failed)?;
-    for &pid in &new {
+    // Created queue by queue: pid order is queue order.
+    new.sort_unstable();
+    for (n, &pid) in new.iter().enumerate() {
+        let cpu = cpus.get(n % cpus.len().max(1)).copied().unwrap_or(0);
+        let failed = |e: nix::Error| TopoError::Failed {
+            cmd: format!("pin NAPI thread {pid} of {dev} to CPU {cpu}"),
+            stderr: e.to_string(),
+        };
+        let mut set = nix::sched::CpuSet::new();
+        set.set(cpu).map_err(failed)?;
         nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid), &set).map_err(failed)?;
     }
     if new.is_empty() {

@@ -26,7 +26,7 @@ use nix::unistd::Pid;
 use serde::Serialize;
 
 use crate::frame::{self, BuildError, FlowSpec, FrameSize, PROBE_OFFSET, read_probe, stamp};
-use crate::stats::SeqCounter;
+use crate::stats::{STREAM_SHIFT, SeqCounter};
 use crate::topo::{self, Endpoint, TopoError};
 
 /// Errors of the generator and the sink.
@@ -156,6 +156,13 @@ pub struct GeneratorConfig {
     pub cpu: Option<usize>,
     /// UMEM chunks (each holds one pre-built frame).
     pub frames: u32,
+    /// The AF_XDP generator's TX queue (a veth delivers to the peer's RX
+    /// queue of the same number); the live generator's frames land on the
+    /// queue of its CPU instead.
+    pub queue: u32,
+    /// Its sequence numbers start at `stream << STREAM_SHIFT`, so several
+    /// generator threads in one trial never share a number.
+    pub stream: u64,
 }
 
 /// What the generator did.
@@ -173,18 +180,28 @@ pub struct GeneratorResult {
     pub cpu: ThreadCpu,
 }
 
-/// Binds an AF_XDP socket, retrying while the kernel still holds the
-/// queue for a socket closed a moment ago (EBUSY: the buffer pool of a
-/// closed socket is released asynchronously, so back-to-back trials on the
-/// same interface race with it).
+/// Binds an AF_XDP socket to queue 0, retrying while the kernel still
+/// holds the queue for a socket closed a moment ago (EBUSY: the buffer
+/// pool of a closed socket is released asynchronously, so back-to-back
+/// trials on the same interface race with it).
 pub fn bind_with_retry(
     umem: &Umem,
     ifindex: u32,
     config: &XskConfig,
 ) -> Result<XskSocket, TrafficError> {
+    bind_queue_with_retry(umem, ifindex, 0, config)
+}
+
+/// The same for queue `queue`.
+pub fn bind_queue_with_retry(
+    umem: &Umem,
+    ifindex: u32,
+    queue: u32,
+    config: &XskConfig,
+) -> Result<XskSocket, TrafficError> {
     let mut tries = 0;
     loop {
-        match XskSocket::bind(umem, ifindex, 0, config) {
+        match XskSocket::bind(umem, ifindex, queue, config) {
             Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) && tries < 100 => {
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(20));
@@ -277,7 +294,8 @@ fn generate_live(
         }
     }
     let start = now_ns();
-    let mut next_seq = 0u64;
+    let first_seq = config.stream << STREAM_SHIFT;
+    let mut next_seq = first_seq;
     for (size, share) in sizes {
         let slice = config.duration * share / pattern.len() as u32;
         if should_stop() {
@@ -301,7 +319,7 @@ fn generate_live(
         result.bytes += sent * bytes.len() as u64;
         next_seq += sent;
     }
-    result.sent = next_seq;
+    result.sent = next_seq - first_seq;
     result.elapsed_s = (now_ns().max(start + 1) - start) as f64 / 1e9;
     result.cpu = ThreadCpu::now().since(&cpu_start);
     Ok(result)
@@ -317,7 +335,12 @@ fn generate_afxdp(
         frame_count: config.frames,
         ..UmemConfig::default()
     })?;
-    let mut sock = bind_with_retry(&umem, ifindex(&config.endpoint.ifname)?, &xsk_config())?;
+    let mut sock = bind_queue_with_retry(
+        &umem,
+        ifindex(&config.endpoint.ifname)?,
+        config.queue,
+        &xsk_config(),
+    )?;
     let chunks = umem.frame_count() as usize;
     let chunk_size = u64::from(umem.frame_size());
     let pattern = config.size.pattern();
@@ -350,7 +373,7 @@ fn generate_afxdp(
         per_flow: vec![0; usize::from(flows)],
         ..GeneratorResult::default()
     };
-    let mut seq = 0u64;
+    let mut seq = config.stream << STREAM_SHIFT;
     let start = now_ns();
     let deadline = start + config.duration.as_nanos() as u64;
     let mut last = start;
@@ -422,8 +445,10 @@ pub struct SinkConfig {
     pub base_src_port: u16,
     /// Number of flows.
     pub flows: u16,
-    /// UMEM chunks.
+    /// UMEM chunks, over all queues.
     pub frames: u32,
+    /// RX queues of the sink's interface: one socket (and UMEM) each.
+    pub queues: u32,
 }
 
 /// What the sink saw.
@@ -494,22 +519,32 @@ fn sink(
     stop: &AtomicBool,
     ready: mpsc::Sender<()>,
 ) -> Result<SinkResult, TrafficError> {
-    let umem = Umem::new(UmemConfig {
-        frame_count: config.frames,
-        ..UmemConfig::default()
-    })?;
+    let queues = config.queues.max(1);
     let index = ifindex(&config.endpoint.ifname)?;
-    let mut sock = bind_with_retry(&umem, index, &XskConfig::default())?;
+    // One UMEM and socket per queue: a veth delivers on the queue its
+    // sender chose, and a queue without a socket would pass its frames on
+    // to the kernel, uncounted.
+    let mut rx = Vec::new();
+    for queue in 0..queues {
+        let umem = Umem::new(UmemConfig {
+            frame_count: (config.frames / queues).max(64),
+            ..UmemConfig::default()
+        })?;
+        let sock = bind_queue_with_retry(&umem, index, queue, &XskConfig::default())?;
+        rx.push((umem, sock));
+    }
     let steering = Steering::new(SteeringConfig::default())?;
     let attachment = steering.attach(index, Role::All, XdpMode::Auto)?;
-    attachment.set_socket(&sock)?;
-    let addrs: Vec<u64> = (0..umem.frame_count())
-        .map(|i| umem.frame_addr(i))
-        .collect();
-    sock.fill(&addrs);
+    for (umem, sock) in &mut rx {
+        attachment.set_socket(sock)?;
+        let addrs: Vec<u64> = (0..umem.frame_count())
+            .map(|i| umem.frame_addr(i))
+            .collect();
+        sock.fill(&addrs);
+    }
     let _ = ready.send(());
     let mut result = SinkResult {
-        counter: SeqCounter::new(),
+        counter: SeqCounter::with_flows(usize::from(config.flows.max(1))),
         per_flow: vec![0; usize::from(config.flows.max(1))],
         foreign: 0,
         xdp: XdpStats::default(),
@@ -517,37 +552,56 @@ fn sink(
     let mut descs = [Desc::default(); 64];
     let mut refill = [0u64; 64];
     loop {
-        let n = sock.rx_burst(&mut descs);
-        if n == 0 {
+        let mut got = 0;
+        for (umem, sock) in &mut rx {
+            let n = sock.rx_burst(&mut descs);
+            if n == 0 {
+                continue;
+            }
+            got += n;
+            let now = now_ns();
+            for (d, r) in descs[..n].iter().zip(refill.iter_mut()) {
+                match umem
+                    .data(*d)
+                    .and_then(|f| read_probe(f).map(|p| (p, f.len())))
+                {
+                    Some((p, len)) if p.tag == config.tag => {
+                        let flow = usize::from(p.src_port.wrapping_sub(config.base_src_port));
+                        result
+                            .counter
+                            .record_in_flow(p.seq, flow, len, p.timestamp_ns, now);
+                        if let Some(c) = result.per_flow.get_mut(flow) {
+                            *c += 1;
+                        }
+                    }
+                    _ => result.foreign += 1,
+                }
+                *r = umem.chunk_of(d.addr);
+            }
+            sock.fill(&refill[..n]);
+            if sock.fill_needs_wakeup() {
+                sock.wake_rx()?;
+            }
+        }
+        if got == 0 {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            sock.poll_rx(5)?;
-            continue;
-        }
-        let now = now_ns();
-        for (d, r) in descs[..n].iter().zip(refill.iter_mut()) {
-            match umem
-                .data(*d)
-                .and_then(|f| read_probe(f).map(|p| (p, f.len())))
-            {
-                Some((p, len)) if p.tag == config.tag => {
-                    result.counter.record(p.seq, len, p.timestamp_ns, now);
-                    let flow = usize::from(p.src_port.wrapping_sub(config.base_src_port));
-                    if let Some(c) = result.per_flow.get_mut(flow) {
-                        *c += 1;
-                    }
+            match rx.as_mut_slice() {
+                [(_, only)] => {
+                    only.poll_rx(5)?;
                 }
-                _ => result.foreign += 1,
+                // Several sockets: a short sleep instead of poll(2) on one.
+                _ => std::thread::sleep(Duration::from_micros(50)),
             }
-            *r = umem.chunk_of(d.addr);
-        }
-        sock.fill(&refill[..n]);
-        if sock.fill_needs_wakeup() {
-            sock.wake_rx()?;
         }
     }
-    result.xdp = sock.stats()?;
+    for (_, sock) in &rx {
+        let s = sock.stats()?;
+        result.xdp.rx_dropped += s.rx_dropped;
+        result.xdp.rx_ring_full += s.rx_ring_full;
+        result.xdp.rx_invalid_descs += s.rx_invalid_descs;
+    }
     drop(attachment);
     Ok(result)
 }

@@ -14,18 +14,22 @@ use brindle_perf::traffic::{GeneratorKind, Rate};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-fn namespaces_with_prefix(prefix: &str) -> Vec<String> {
+/// Namespaces of process `pid`: `bp<role><pid>x<n>`.
+fn namespaces_of(pid: u32) -> Vec<String> {
     let out = Command::new("ip")
         .args(["netns", "list"])
         .output()
         .expect("ip netns list");
+    let mark = format!("{}x", pid % 100_000);
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        // bp<pid> then the role letter: bp123 must not match bp1234's.
+        // bp, the role letters, then <pid>x: 123x must not match 1123x.
         .filter(|n| {
-            n.strip_prefix(prefix)
-                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_alphabetic()))
+            n.strip_prefix("bp").is_some_and(|rest| {
+                rest.trim_start_matches(|c: char| c.is_ascii_alphabetic())
+                    .starts_with(&mark)
+            })
         })
         .map(str::to_owned)
         .collect()
@@ -195,10 +199,9 @@ fn ctrl_c_during_a_run_removes_every_namespace() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let prefix = format!("bp{}", child.id() % 100_000);
     // Wait until its topology exists.
     let start = Instant::now();
-    while namespaces_with_prefix(&prefix).len() < 3 {
+    while namespaces_of(child.id()).len() < 3 {
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "topology never appeared"
@@ -219,5 +222,5 @@ fn ctrl_c_during_a_run_removes_every_namespace() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(!status.success(), "an interrupted run reports failure");
-    assert_eq!(namespaces_with_prefix(&prefix), Vec::<String>::new());
+    assert_eq!(namespaces_of(child.id()), Vec::<String>::new());
 }
