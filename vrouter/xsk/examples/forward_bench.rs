@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 use brindle_xsk::{
     Desc, Role, Steering, SteeringConfig, Umem, UmemConfig, XdpMode, XskConfig, XskSocket, ifindex,
 };
-use common::{Netns, mac, mac_str, udp_frame, veth};
+use common::{Enter, Netns, mac, mac_str, udp_frame, veth};
 use nix::sched::{CpuSet, sched_setaffinity};
 use nix::unistd::Pid;
 

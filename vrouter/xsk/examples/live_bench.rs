@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use brindle_xsk::{LiveFrameConfig, LiveFrameGenerator, ifindex};
-use common::{Netns, mac, udp_frame, veth};
+use common::{Enter, Netns, mac, udp_frame, veth};
 use nix::sched::{CpuSet, sched_setaffinity};
 use nix::unistd::Pid;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use brindle_xsk::{FlowRotation, LiveFrameConfig, LiveFrameGenerator, ifindex};
-use common::{Netns, mac, udp_frame, unique_octet, veth};
+use common::{Enter, Netns, mac, udp_frame, unique_octet, veth};
 use nix::sys::socket::{setsockopt, sockopt};
 use nix::time::{ClockId, clock_gettime};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use brindle_xsk::{Desc, PacketConfig, PacketSocket, ifindex};
-use common::{Netns, Seen, classify, mac, udp_frame, unique_octet, veth};
+use common::{Enter, Netns, Seen, classify, mac, udp_frame, unique_octet, veth};
 
 const CHUNK: usize = 2048;
 

@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail, ensure};
 use brindle_xsk::{
     Desc, Role, Steering, SteeringConfig, Umem, UmemConfig, XdpMode, XskConfig, XskSocket, ifindex,
 };
-use common::{Netns, Seen, classify, mac, mac_str, unique_octet, veth};
+use common::{Enter, Netns, Seen, classify, mac, mac_str, unique_octet, veth};
 use socket2::{Domain, Protocol, Socket, Type};
 
 fn xsk_config() -> XskConfig {

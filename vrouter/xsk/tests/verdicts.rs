@@ -11,7 +11,7 @@ use brindle_xsk::{
     Role, Steering, SteeringConfig, Umem, UmemConfig, Verdict, XdpMode, XskConfig, XskSocket,
     ifindex,
 };
-use common::{Netns, mac, udp_frame};
+use common::{Enter, Netns, mac, udp_frame};
 
 const NODE: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 const PEER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 20);

@@ -13,7 +13,7 @@ use brindle_xsk::{
     BindMode, Desc, Error, Role, Steering, SteeringConfig, Umem, UmemConfig, XdpMode, XskConfig,
     XskSocket, ifindex,
 };
-use common::{Netns, Seen, classify, mac, udp_frame, unique, unique_octet, veth};
+use common::{Enter, Netns, Seen, classify, mac, udp_frame, unique, unique_octet, veth};
 
 const ROOT: &str = "requires root and network namespaces";
 

@@ -1,78 +1,35 @@
-//! Helpers of the root-only tests: network namespaces made and removed by
-//! the test, threads that run inside them, and frame builders.
+//! Helpers of the root-only tests: threads that run inside a namespace
+//! (borrowing from the test), veths, frame builders. Namespaces and
+//! commands are `brindle_tests::netns`'s.
 #![allow(dead_code)]
 
 use std::fs::File;
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
+#[allow(unused_imports)]
+pub use brindle_tests::netns::{Netns, run, unique};
 use brindle_xsk::{Desc, Umem, XdpStats, XskSocket};
 use nix::sched::{CloneFlags, setns};
 
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// A short name unique to this process and call: `<prefix><pid><n>`, at
-/// most 15 bytes so it also fits an interface name.
-pub fn unique(prefix: &str) -> String {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = format!("{prefix}{}x{n}", std::process::id() % 100_000);
-    assert!(name.len() <= 15, "{name} too long");
-    name
-}
+static OCTETS: AtomicU32 = AtomicU32::new(0);
 
 /// A small number unique to this call, for address octets.
 pub fn unique_octet() -> u8 {
-    (COUNTER.fetch_add(1, Ordering::Relaxed) + std::process::id()) as u8 % 200 + 20
+    (OCTETS.fetch_add(1, Ordering::Relaxed) + std::process::id()) as u8 % 200 + 20
 }
 
-/// Runs a command; fails with its stderr if it fails.
-pub fn run(args: &[&str]) -> Result<String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .with_context(|| format!("spawn {args:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// A network namespace, deleted on drop (with the veths inside it).
-pub struct Netns {
-    pub name: String,
-}
-
-impl Netns {
-    pub fn new(prefix: &str) -> Result<Netns> {
-        let name = unique(prefix);
-        run(&["ip", "netns", "add", &name])?;
-        let ns = Netns { name };
-        ns.ip(&["link", "set", "lo", "up"])?;
-        Ok(ns)
-    }
-
-    /// `ip -n <ns> args...`
-    pub fn ip(&self, args: &[&str]) -> Result<String> {
-        let mut full = vec!["ip", "-n", &self.name];
-        full.extend_from_slice(args);
-        run(&full)
-    }
-
-    /// `ip netns exec <ns> args...`
-    pub fn exec(&self, args: &[&str]) -> Result<String> {
-        let mut full = vec!["ip", "netns", "exec", &self.name];
-        full.extend_from_slice(args);
-        run(&full)
-    }
-
+/// Running a closure inside a namespace on a scoped thread (it may borrow
+/// from the test), which `brindle_tests::netns::in_netns` (a `'static`
+/// thread) does not allow.
+pub trait Enter {
     /// Runs `f` on a thread that lives in this namespace.
-    pub fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+    fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T;
+}
+
+impl Enter for Netns {
+    fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
         let path = format!("/var/run/netns/{}", self.name);
         std::thread::scope(|s| {
             s.spawn(move || {
@@ -83,14 +40,6 @@ impl Netns {
             .join()
             .expect("thread in netns panicked")
         })
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
     }
 }
 
