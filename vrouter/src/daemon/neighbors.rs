@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, UdpSocket};
 
-use crate::port::xdp::parse_mac;
+use brindle_api::vrouter::Mac;
 
 /// One complete entry of `/proc/net/arp`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,7 +44,7 @@ pub fn parse_proc_arp(text: &str) -> Vec<KernelNeighbor> {
             }
             Some(KernelNeighbor {
                 addr: f[0].parse().ok()?,
-                mac: parse_mac(f[3])?,
+                mac: f[3].parse::<Mac>().ok()?.0,
                 device: f[5].to_owned(),
             })
         })

@@ -8,7 +8,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::endpoint::PortKind;
-use crate::port::xdp::parse_mac;
+use brindle_api::vrouter::Mac;
 
 /// Why a spec did not parse.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -175,7 +175,16 @@ impl FromStr for NeighSpec {
             addr: ip
                 .parse()
                 .map_err(|_| err("neighbor", s, "not an IP address"))?,
-            mac: parse_mac(mac).ok_or_else(|| err("neighbor", s, "not a MAC address"))?,
+            mac: mac
+                .parse::<Mac>()
+                .map_err(|_| {
+                    err(
+                        "neighbor MAC",
+                        mac,
+                        "not a MAC address (six bytes of exactly two hex digits, as `ip link` prints)",
+                    )
+                })?
+                .0,
             port,
         })
     }
@@ -343,6 +352,11 @@ mod tests {
         let n: NeighSpec = "192.168.0.1=02:00:00:00:00:01@eth0".parse().unwrap();
         assert_eq!(n.port.as_deref(), Some("eth0"));
         assert!("10.0.0.1=02:00".parse::<NeighSpec>().is_err());
+        // Exactly two digits per byte, as `ip link` prints; the error names
+        // the bad value.
+        let e = "10.0.0.1=2:0:0:0:0:2".parse::<NeighSpec>().unwrap_err();
+        assert!(e.to_string().contains("\"2:0:0:0:0:2\""), "{e}");
+        assert!(e.to_string().contains("two hex digits"), "{e}");
     }
 
     #[test]

@@ -624,12 +624,18 @@ impl LinkInfo {
         let base = std::path::Path::new("/sys/class/net").join(ifname);
         let mac_text = std::fs::read_to_string(base.join("address"))?;
         let mtu_text = std::fs::read_to_string(base.join("mtu"))?;
-        let mac = parse_mac(mac_text.trim()).ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("{ifname}: unreadable MAC {mac_text:?}"),
-            )
-        })?;
+        // The api's `Mac`: exactly two hex digits per byte, as sysfs and
+        // `ip link` print it.
+        let mac = mac_text
+            .trim()
+            .parse::<brindle_api::vrouter::Mac>()
+            .map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{ifname}: unreadable MAC in sysfs: {e}"),
+                )
+            })?
+            .0;
         let mtu = mtu_text.trim().parse().map_err(|_| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -640,35 +646,9 @@ impl LinkInfo {
     }
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = s.split(':');
-    for byte in &mut mac {
-        let p = parts.next()?;
-        if p.is_empty() || p.len() > 2 {
-            return None;
-        }
-        *byte = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parse_mac_takes_six_hex_bytes_and_nothing_else() {
-        assert_eq!(
-            parse_mac("0a:58:0a:41:00:02"),
-            Some([0x0a, 0x58, 0x0a, 0x41, 0, 2])
-        );
-        assert_eq!(parse_mac("0a:58:0a:41:00"), None);
-        assert_eq!(parse_mac("0a:58:0a:41:00:02:03"), None);
-        assert_eq!(parse_mac("0a:58:0a:41:00:zz"), None);
-        assert_eq!(parse_mac("0a:58:0a:41::02"), None);
-    }
 
     #[test]
     fn link_info_refuses_names_that_are_paths() {
