@@ -219,3 +219,48 @@ fn spoofing_ttl_and_mtu_are_enforced_through_af_xdp_ports() -> Result<()> {
     assert!(counter(&c, "icmp_generated") >= 2, "{c}");
     Ok(())
 }
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn pod_to_pod_ping_through_af_xdp_ports_with_preferred_busy_polling() -> Result<()> {
+    let node = Netns::new("vn")?;
+    let (ha, hb) = (unique("ha"), unique("hb"));
+    let (mac_a, mac_b) = ("02:b2:00:00:01:02", "02:b2:00:00:01:03");
+    let pod_a = pod_with_queues(&node, &ha, "10.65.1.2", mac_a, 1)?;
+    let _pod_b = pod_with_queues(&node, &hb, "10.65.1.3", mac_b, 1)?;
+    let napi = |knob: &str| -> Result<String> {
+        Ok(node
+            .exec(&["cat", &format!("/sys/class/net/{ha}/{knob}")])?
+            .trim()
+            .to_owned())
+    };
+    assert_eq!(napi("napi_defer_hard_irqs")?, "0");
+    let vrouter = Vrouter::start(
+        &node,
+        &[
+            "run",
+            "--io",
+            "xdp",
+            "--polling",
+            "busy-poll",
+            "--port",
+            &format!("{ha}=pod:10.65.1.2"),
+            "--port",
+            &format!("{hb}=pod:10.65.1.3"),
+            "--neighbor",
+            &format!("10.65.1.3={mac_b}"),
+        ],
+    )?;
+    // Busy polling takes over the queue only with NAPI deferral on: the
+    // port sets it while it runs.
+    assert_eq!(napi("napi_defer_hard_irqs")?, "2");
+    assert_eq!(napi("gro_flush_timeout")?, "200000");
+    let out = pod_a.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.65.1.3"])?;
+    assert!(out.contains("3 received"), "{out}");
+    let counters = vrouter.stop()?;
+    assert!(counter(&counters, "forwarded") >= 6, "{counters}");
+    // ... and puts the interface back as it was.
+    assert_eq!(napi("napi_defer_hard_irqs")?, "0");
+    assert_eq!(napi("gro_flush_timeout")?, "0");
+    Ok(())
+}
