@@ -126,7 +126,20 @@ impl Node {
     }
 
     /// The node, with each in-memory port wrapped by `wrap` (middleware).
-    pub fn build(cfg: PipelineConfig, mut wrap: impl FnMut(MemoryPort) -> Box<dyn Port>) -> Self {
+    pub fn build(cfg: PipelineConfig, wrap: impl FnMut(MemoryPort) -> Box<dyn Port>) -> Self {
+        Self::build_on(cfg, FrameArena::new_heap(256, 2048), wrap)
+    }
+
+    /// The node on `arena` (e.g. a UMEM), with each in-memory port
+    /// ("pod-a", "pod-b", "uplink", in port order) replaced or wrapped by
+    /// `wrap`: the same node over other ports, such as AF_XDP sockets on
+    /// veths. When `wrap` drops the in-memory port, its handle in
+    /// [`Node::handles`] reaches nothing.
+    pub fn build_on(
+        cfg: PipelineConfig,
+        arena: FrameArena,
+        mut wrap: impl FnMut(MemoryPort) -> Box<dyn Port>,
+    ) -> Self {
         let (mut fib, reader) = Fib::new();
         let routes: [(&str, NextHop); 6] = [
             ("10.65.0.2/32", NextHop::Local { port: ports::POD_A }),
@@ -160,7 +173,7 @@ impl Node {
                 fib.insert(p, nh);
             }
         }
-        let mut worker = Worker::new(FrameArena::new_heap(256, 2048), cfg, reader);
+        let mut worker = Worker::new(arena, cfg, reader);
         let mut handles = Vec::new();
         for (name, ip, mac) in [
             ("pod-a", addr::POD_A, addr::POD_A_MAC),
