@@ -24,7 +24,7 @@ use brindle_api::vrouter::{
 };
 use brindle_ipam::Ipam;
 use brindle_ipam::model::{IpamConfig, Pool};
-use brindle_ipam::store::{Datastore, EmbeddedMode, EmbeddedStore, EtcdStore};
+use brindle_ipam::store::{Datastore, EmbeddedMode, EmbeddedStore, EtcdStore, EtcdTls};
 use ipnet::IpNet;
 use serde_json::Value;
 use tracing::{Instrument, info, info_span, warn};
@@ -186,9 +186,17 @@ impl CtrlOps for Ctrl {
 
 fn open_store(config: &Config) -> Result<Arc<dyn Datastore>, DaemonError> {
     match config.datastore.kind.as_str() {
-        "etcd" => EtcdStore::connect(&config.datastore.endpoints, Duration::from_secs(5))
-            .map(|s| Arc::new(s) as Arc<dyn Datastore>)
-            .map_err(|e| start_err("connecting to etcd")(e.to_string())),
+        "etcd" => {
+            let file = |f: &str| (!f.is_empty()).then(|| std::path::PathBuf::from(f));
+            let tls = EtcdTls {
+                ca_file: file(&config.datastore.etcd_ca_file),
+                cert_file: file(&config.datastore.etcd_cert_file),
+                key_file: file(&config.datastore.etcd_key_file),
+            };
+            EtcdStore::connect_with_tls(&config.datastore.endpoints, Duration::from_secs(5), &tls)
+                .map(|s| Arc::new(s) as Arc<dyn Datastore>)
+                .map_err(|e| start_err("connecting to etcd")(e.to_string()))
+        }
         _ => EmbeddedStore::open(
             config.datastore.path.join("ipam.redb"),
             EmbeddedMode::Exclusive,

@@ -19,22 +19,89 @@
 //! reported as [`StoreError::Unavailable`] and the IPAM logic's retry re-reads
 //! first, which is safe because every write is conditional.
 
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare as EtcdCompare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp,
+    Certificate, Client, Compare as EtcdCompare, CompareOp, ConnectOptions, GetOptions, Identity,
+    TlsOptions, Txn, TxnOp,
 };
 use tokio::runtime::Runtime;
 
 use super::{Compare, Datastore, Entry, StoreError, Write};
+
+/// TLS towards etcd (Calico's etcdCACertFile, etcdCertFile, etcdKeyFile):
+/// PEM files, read once at connect. With a CA the endpoints must be
+/// `https://`; a certificate and key are the client identity for etcd's
+/// `--client-cert-auth`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// CA bundle that signs the servers' certificates.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate.
+    pub cert_file: Option<PathBuf>,
+    /// Its private key.
+    pub key_file: Option<PathBuf>,
+}
+
+impl EtcdTls {
+    /// True when nothing is set (plain `http://`).
+    pub fn is_empty(&self) -> bool {
+        self.ca_file.is_none() && self.cert_file.is_none() && self.key_file.is_none()
+    }
+
+    /// The client TLS configuration, with errors naming the file.
+    fn options(&self) -> Result<TlsOptions, StoreError> {
+        let read = |what: &str, p: &PathBuf| {
+            std::fs::read(p)
+                .map_err(|e| StoreError::Backend(format!("etcd TLS {what} {}: {e}", p.display())))
+        };
+        let mut tls = TlsOptions::new();
+        if let Some(ca) = &self.ca_file {
+            tls = tls.ca_certificate(Certificate::from_pem(read("CA file", ca)?));
+        }
+        match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => {
+                tls = tls.identity(Identity::from_pem(
+                    read("certificate file", cert)?,
+                    read("key file", key)?,
+                ));
+            }
+            (None, None) => {}
+            _ => {
+                return Err(StoreError::Backend(
+                    "etcd TLS: a client certificate needs its key and the other way round".into(),
+                ));
+            }
+        }
+        Ok(tls)
+    }
+}
+
+/// An error with its causes, so a TLS failure says why (an unknown
+/// issuer, a refused client certificate) instead of "transport error".
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        source = s.source();
+    }
+    text
+}
 
 /// The etcd-backed [`Datastore`].
 pub struct EtcdStore {
     runtime: Runtime,
     endpoints: Vec<String>,
     timeout: Duration,
+    tls: Option<TlsOptions>,
     /// One lazily connected client per endpoint.
     clients: Mutex<Vec<Option<Client>>>,
     /// The endpoint in use.
@@ -42,13 +109,33 @@ pub struct EtcdStore {
 }
 
 fn unavailable(e: etcd_client::Error) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+    StoreError::Unavailable(with_causes(&e))
 }
 
 impl EtcdStore {
     /// Connects to `endpoints` (`http://host:port`). Requests time out after
     /// `timeout`.
     pub fn connect(endpoints: &[String], timeout: Duration) -> Result<Self, StoreError> {
+        Self::connect_with_tls(endpoints, timeout, &EtcdTls::default())
+    }
+
+    /// [`EtcdStore::connect`] over TLS when `tls` sets anything (then every
+    /// endpoint must be `https://`).
+    pub fn connect_with_tls(
+        endpoints: &[String],
+        timeout: Duration,
+        tls: &EtcdTls,
+    ) -> Result<Self, StoreError> {
+        let tls_options = if tls.is_empty() {
+            None
+        } else {
+            if let Some(plain) = endpoints.iter().find(|e| e.starts_with("http://")) {
+                return Err(StoreError::Backend(format!(
+                    "etcd endpoint {plain}: TLS is configured, use https://"
+                )));
+            }
+            Some(tls.options()?)
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("brindle-ipam-etcd")
@@ -62,6 +149,7 @@ impl EtcdStore {
             runtime,
             endpoints: endpoints.to_vec(),
             timeout,
+            tls: tls_options,
             clients: Mutex::new(vec![None; endpoints.len()]),
             current: AtomicUsize::new(0),
         };
@@ -78,10 +166,13 @@ impl EtcdStore {
         if let Some(c) = self.clients.lock().unwrap_or_else(|p| p.into_inner())[i].clone() {
             return Ok(c);
         }
-        let options = ConnectOptions::new()
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(self.timeout)
             .with_timeout(self.timeout)
             .with_require_leader(true);
+        if let Some(tls) = &self.tls {
+            options = options.with_tls(tls.clone());
+        }
         let c = self
             .runtime
             .block_on(Client::connect([self.endpoints[i].as_str()], Some(options)))?;

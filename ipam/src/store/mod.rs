@@ -13,7 +13,7 @@ pub mod etcd;
 pub mod memory;
 
 pub use embedded::{EmbeddedMode, EmbeddedStore};
-pub use etcd::EtcdStore;
+pub use etcd::{EtcdStore, EtcdTls};
 pub use memory::MemoryStore;
 
 /// A stored value and the revision of its last change.
