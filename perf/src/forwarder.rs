@@ -83,22 +83,37 @@ impl NullForwarderStats {
         (b + i > 0).then(|| b as f64 / (b + i) as f64)
     }
 
-    /// Counters from brindle-vrouter's `stopped: key=value ...` line:
-    /// `forwarded`, every `drop_*` summed, `busy_polls`/`idle_polls` (each
-    /// worker's summed when several report).
-    pub fn from_vrouter_line(line: &str) -> Option<NullForwarderStats> {
-        let rest = line.trim().strip_prefix("stopped:")?;
+    /// Counters from what `brindle-vrouter run` prints when it stops: the
+    /// `stopped: key=value ...` line (`forwarded`, every `drop_*` summed)
+    /// and its `worker N: ... busy_polls=B idle_polls=I` lines (summed over
+    /// the workers). `None` without a "stopped:" line.
+    pub fn from_vrouter_output(lines: &[String]) -> Option<NullForwarderStats> {
+        let stopped = lines
+            .iter()
+            .rev()
+            .find_map(|l| l.trim().strip_prefix("stopped:"))?;
+        let workers = lines
+            .iter()
+            .filter_map(|l| l.trim().strip_prefix("worker "))
+            .filter_map(|l| l.split_once(':').map(|(_, rest)| rest));
         let mut stats = NullForwarderStats::default();
-        for (key, value) in rest
-            .split_whitespace()
-            .filter_map(|kv| kv.split_once('='))
-            .filter_map(|(k, v)| Some((k, v.parse::<u64>().ok()?)))
-        {
-            match key {
+        let pairs = |text: &'_ str| {
+            text.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .filter_map(|(k, v)| Some((k.to_owned(), v.parse::<u64>().ok()?)))
+                .collect::<Vec<_>>()
+        };
+        for (key, value) in pairs(stopped) {
+            match key.as_str() {
                 "forwarded" => stats.forwarded += value,
+                k if k.starts_with("drop_") => stats.dropped += value,
+                _ => {}
+            }
+        }
+        for (key, value) in workers.flat_map(pairs) {
+            match key.as_str() {
                 "busy_polls" => *stats.busy_polls.get_or_insert(0) += value,
                 "idle_polls" => *stats.idle_polls.get_or_insert(0) += value,
-                k if k.starts_with("drop_") => stats.dropped += value,
                 _ => {}
             }
         }
@@ -306,11 +321,7 @@ impl RunningForwarder {
                 .and_then(|h| h.join().ok())
                 .unwrap_or_default();
             return Ok(Some(
-                lines
-                    .iter()
-                    .rev()
-                    .find_map(|l| NullForwarderStats::from_vrouter_line(l))
-                    .unwrap_or_default(),
+                NullForwarderStats::from_vrouter_output(&lines).unwrap_or_default(),
             ));
         }
         match self.thread.take() {
@@ -426,4 +437,29 @@ fn null_forward(
     stats.elapsed_s = (now_ns() - start) as f64 / 1e9;
     drop(attachment);
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vrouter_output_gives_forwarded_drops_and_busy_idle_polls_over_workers() {
+        let lines: Vec<String> = [
+            "running: 2 port(s) [a, b], 1 route(s), polling Adaptive",
+            "stopped: rx_packets=10 forwarded=7 arp_replies=0 drop_no_route=2 drop_ttl=1",
+            "worker 0: rx_packets=6 busy_polls=30 idle_polls=70 handoff_out=1",
+            "worker 1: rx_packets=4 busy_polls=10 idle_polls=90 handoff_out=0",
+        ]
+        .map(String::from)
+        .to_vec();
+        let s = NullForwarderStats::from_vrouter_output(&lines).unwrap();
+        assert_eq!((s.forwarded, s.dropped), (7, 3));
+        assert_eq!((s.busy_polls, s.idle_polls), (Some(40), Some(160)));
+        assert_eq!(s.busy_share(), Some(0.2));
+        assert!(NullForwarderStats::from_vrouter_output(&lines[..1]).is_none());
+        let old = ["stopped: forwarded=5".to_owned()];
+        let s = NullForwarderStats::from_vrouter_output(&old).unwrap();
+        assert_eq!((s.forwarded, s.busy_polls, s.busy_share()), (5, None, None));
+    }
 }
