@@ -90,6 +90,26 @@ pub struct WorkerSnapshot {
     /// Which slots hold another worker's port (their TX is counted by the
     /// owner).
     pub remote: Vec<bool>,
+    /// The worker thread's CPU time in user mode (getrusage RUSAGE_THREAD),
+    /// µs: the pipeline and ring handling.
+    pub cpu_user_us: u64,
+    /// Its CPU time in the kernel, µs: sendto/recvfrom/poll, i.e. copy-mode
+    /// TX and RX wake-ups.
+    pub cpu_system_us: u64,
+}
+
+/// The calling thread's user and system CPU time in µs.
+fn thread_cpu_us() -> (u64, u64) {
+    use nix::sys::resource::{UsageWho, getrusage};
+    match getrusage(UsageWho::RUSAGE_THREAD) {
+        Ok(u) => {
+            let us = |t: nix::sys::time::TimeVal| {
+                (t.tv_sec().max(0) as u64) * 1_000_000 + t.tv_usec().max(0) as u64
+            };
+            (us(u.user_time()), us(u.system_time()))
+        }
+        Err(_) => (0, 0),
+    }
 }
 
 /// Upper bounds of the batch-size histogram buckets.
@@ -270,7 +290,11 @@ fn snapshot(worker: &Worker, stats: &Stats) -> WorkerSnapshot {
     let ports = (0..worker.port_slots())
         .map(|i| worker.port_stats(i as PortId).unwrap_or_default())
         .collect();
+    // Snapshots are taken on the worker's own thread (between polls).
+    let (cpu_user_us, cpu_system_us) = thread_cpu_us();
     WorkerSnapshot {
+        cpu_user_us,
+        cpu_system_us,
         counters: worker.counters(),
         ports,
         busy_polls: stats.busy,

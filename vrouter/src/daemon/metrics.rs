@@ -80,7 +80,9 @@ pub type PortRow = (String, crate::frame::PortId, &'static str, Vec<usize>);
 /// format.
 pub fn render(snapshots: &[WorkerSnapshot], ports: &[PortRow], routes: u64) -> String {
     let mut registry = Registry::with_prefix("brindle_vrouter");
-    let families: Vec<Family<WorkerLabels, Counter>> = (0..16).map(|_| Family::default()).collect();
+    let families: Vec<Family<WorkerLabels, Counter>> = (0..WORKER_SERIES.len())
+        .map(|_| Family::default())
+        .collect();
     let drops = Family::<DropLabels, Counter>::default();
     for (i, snapshot) in snapshots.iter().enumerate() {
         let w = WorkerLabels {
@@ -157,7 +159,7 @@ pub fn render(snapshots: &[WorkerSnapshot], ports: &[PortRow], routes: u64) -> S
 }
 
 /// Per-worker counter series: name and help, in [`worker_values`] order.
-const WORKER_SERIES: [(&str, &str); 16] = [
+const WORKER_SERIES: [(&str, &str); 18] = [
     ("worker_rx_packets", "Frames received by the worker"),
     ("worker_rx_bytes", "Bytes received by the worker"),
     ("worker_tx_packets", "Frames transmitted by the worker"),
@@ -186,9 +188,17 @@ const WORKER_SERIES: [(&str, &str); 16] = [
         "worker_handoff_returned",
         "Chunks of this worker's range returned by other workers",
     ),
+    (
+        "worker_cpu_user_microseconds",
+        "CPU time of the worker thread in user mode (pipeline, rings)",
+    ),
+    (
+        "worker_cpu_system_microseconds",
+        "CPU time of the worker thread in the kernel (sendto, recvfrom, poll)",
+    ),
 ];
 
-fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 16] {
+fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 18] {
     let c = &snapshot.counters;
     let h = &snapshot.handoff;
     [
@@ -208,6 +218,8 @@ fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 16] {
         h.r#in,
         h.drops,
         h.returned,
+        snapshot.cpu_user_us,
+        snapshot.cpu_system_us,
     ]
 }
 

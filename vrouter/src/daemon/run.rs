@@ -475,15 +475,20 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<()> {
     drop((fib, steering, port_names));
     println!("stopped: {}", format_counters(&sum_counters(&snaps)));
     for (i, s) in snaps.iter().enumerate() {
-        println!(
-            "worker {i}: {} busy_polls={} idle_polls={} handoff_out={} handoff_in={} handoff_drops={}",
+        let line = format!(
+            "worker {i}: {} busy_polls={} idle_polls={} handoff_out={} handoff_in={} handoff_drops={} cpu_user_ms={} cpu_system_ms={}",
             format_counters(&s.counters),
             s.busy_polls,
             s.idle_polls,
             s.handoff.out,
             s.handoff.r#in,
-            s.handoff.drops
+            s.handoff.drops,
+            s.cpu_user_us / 1000,
+            s.cpu_system_us / 1000
         );
+        // Also on stderr, for harnesses that keep only the first stdout line.
+        tracing::info!("{line}");
+        println!("{line}");
     }
     Ok(())
 }
