@@ -1,13 +1,32 @@
-//! The local lab: N "nodes" as network namespaces on an underlay bridge,
-//! each running the release `brindle-vrouter serve` and `brindle-ctrl`
-//! against one etcd, P pods per node made by exec'ing the real `brindle`
-//! CNI plugin, then all-pairs ping and a throughput run.
+//! The local lab: N "nodes" as network namespaces on an underlay of one or
+//! two IPv4 subnets joined by a router namespace, each node running the
+//! release `brindle-vrouter serve` and `brindle-ctrl` against one etcd, P
+//! pods per node made by exec'ing the plugins of the conflist deploy/ ships
+//! (the real `brindle` CNI plugin first) as a runtime does, then all-pairs
+//! ping, the path each node pair's traffic takes, and a throughput run.
+//!
+//! ```text
+//!                    brl-underlay: the router (ip_forward) and etcd
+//!          br0 10.99.0.254/24 ─── kernel routing ─── br1 10.99.1.254/24
+//!            │               │                            │
+//!      brl-n1 eth0     brl-n2 eth0                  brl-n3 eth0
+//!      10.99.0.11      10.99.0.12                   10.99.1.13
+//!      vrouter, ctrl   vrouter, ctrl                vrouter, ctrl
+//!       │       │       │       │                    │       │
+//!   brl-n1p1 brl-n1p2 brl-n2p1 brl-n2p2          brl-n3p1 brl-n3p2
+//! ```
+//!
+//! With one subnet every node hangs off `br0`. Each node's default route
+//! is the router's address on its subnet, so BGP (node to node, full mesh),
+//! etcd and tunnels to the other subnet are routed by the kernel of the
+//! router namespace, as by a top-of-rack router.
 //!
 //! Everything the lab creates carries the prefix `brl-` (namespaces, bpffs
 //! pins) or lives under the state directory, so [`down`] can always remove
 //! a lab interrupted at any point: it kills every process in a `brl-`
 //! namespace, deletes the namespaces and the state directory.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::Ipv4Addr;
@@ -18,15 +37,23 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use serde_json::{Value, json};
+use brindle_api::cni::NetConfList;
+use brindle_cni::conflist::{ConflistParams, render};
+use serde_json::{Map, Value, json};
 
 /// The prefix of every namespace and pin the lab makes.
 pub const PREFIX: &str = "brl-";
 /// Where the lab keeps configs, logs, sockets and pid files.
 pub const STATE_DIR: &str = "/run/brindle-lab";
 const UNDERLAY_NS: &str = "brl-underlay";
+/// The router's address on the first subnet; etcd listens there.
 const ETCD_ADDR: &str = "10.99.0.254";
 const NETWORK: &str = "k8s-pod-network";
+/// The conflist's file name, as deploy/ installs it.
+const CONFLIST: &str = "10-brindle.conflist";
+/// The reference plugins the conflist chains after `brindle` (Debian's
+/// containernetworking-plugins).
+const REFERENCE_PLUGINS: &str = "/usr/lib/cni";
 
 /// The daemons this process started, reaped by [`down`] so none is left
 /// as a zombie while the caller (a test) keeps running.
@@ -39,12 +66,87 @@ pub struct LabConfig {
     pub bin_dir: PathBuf,
     pub nodes: u8,
     pub pods: u8,
-    /// `ipip`, `vxlan` or `cross-subnet`.
+    /// `none`, `ipip`, `vxlan` or `cross-subnet`.
     pub encap: String,
+    /// Underlay subnets: 1 (every node on 10.99.0.0/24) or 2 (the last
+    /// third of the nodes, at least one, on 10.99.1.0/24 behind the router).
+    pub subnets: u8,
     /// Seconds of the TCP throughput run; 0 skips it.
     pub throughput_secs: u32,
     /// Leave the lab running at the end.
     pub keep: bool,
+}
+
+impl LabConfig {
+    /// The defaults of `cargo xtask lab`: 3 nodes, 2 pods each, IPIP, two
+    /// subnets, a 3 s throughput run, torn down at the end.
+    pub fn new(bin_dir: PathBuf) -> LabConfig {
+        LabConfig {
+            bin_dir,
+            nodes: 3,
+            pods: 2,
+            encap: "ipip".into(),
+            subnets: 2,
+            throughput_secs: 3,
+            keep: false,
+        }
+    }
+
+    /// The underlay subnet (0 or 1) node `n` is on.
+    pub fn subnet_of(&self, n: u8) -> u8 {
+        let on_second = if self.subnets >= 2 {
+            (self.nodes / 3).max(1)
+        } else {
+            0
+        };
+        u8::from(n > self.nodes.saturating_sub(on_second))
+    }
+
+    /// Node `n`'s underlay address: 10.99.<subnet>.<10 + n>.
+    pub fn node_addr(&self, n: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, 99, self.subnet_of(n), 10 + n)
+    }
+
+    /// The path traffic from node `a` to node `b` must take: `native`,
+    /// `ipip` or `vxlan`.
+    pub fn expected_path(&self, a: u8, b: u8) -> &'static str {
+        match self.encap.as_str() {
+            "none" => "native",
+            "vxlan" => "vxlan",
+            "cross-subnet" if self.subnet_of(a) == self.subnet_of(b) => "native",
+            _ => "ipip",
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if !(2..=200).contains(&self.nodes) || !(1..=50).contains(&self.pods) {
+            bail!("nodes 2..=200, pods 1..=50");
+        }
+        if !(1..=2).contains(&self.subnets) {
+            bail!("subnets: 1 or 2");
+        }
+        if self.encap == "none" && self.subnets != 1 {
+            // Native routing hands pod packets to the underlay as they are:
+            // the router between the subnets knows no pod routes (it does
+            // not peer BGP), exactly like Calico's ipipMode: Never.
+            bail!("--encap none routes natively, so every node must share one subnet: --subnets 1");
+        }
+        encap_key(&self.encap)?;
+        Ok(())
+    }
+}
+
+/// The path one node's vrouter gives the traffic for another node's pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePath {
+    pub from: u8,
+    pub to: u8,
+    /// `native`, `ipip`, `vxlan`, or `missing` (no route).
+    pub kind: String,
+    /// The vrouter route, e.g. `10.244.16.128/26 native via 10.99.0.12 (eth0)`.
+    pub route: String,
+    /// What the encapsulation mode and topology call for.
+    pub expected: String,
 }
 
 /// What the run proved.
@@ -54,6 +156,10 @@ pub struct LabReport {
     pub pods: usize,
     pub pairs_ok: usize,
     pub pairs_total: usize,
+    /// The pod pairs that did not answer, `from -> to`.
+    pub failed_pairs: Vec<String>,
+    /// For each ordered pair of nodes, the path its pods' traffic takes.
+    pub paths: Vec<NodePath>,
     pub mbit_per_s: Option<f64>,
     /// The step that failed, if one did.
     pub failed_step: Option<String>,
@@ -61,7 +167,10 @@ pub struct LabReport {
 
 impl LabReport {
     pub fn success(&self) -> bool {
-        self.failed_step.is_none() && self.pairs_ok == self.pairs_total && self.pairs_total > 0
+        self.failed_step.is_none()
+            && self.pairs_ok == self.pairs_total
+            && self.pairs_total > 0
+            && self.paths.iter().all(|p| p.kind == p.expected)
     }
 }
 
@@ -69,6 +178,7 @@ struct Pod {
     node: u8,
     name: String,
     ip: Ipv4Addr,
+    /// The chain's ADD result, which libcni caches for DEL.
     add_result: Value,
 }
 
@@ -76,12 +186,22 @@ fn node_ns(n: u8) -> String {
     format!("{PREFIX}n{n}")
 }
 
-fn node_addr(n: u8) -> Ipv4Addr {
-    Ipv4Addr::new(10, 99, 0, 10 + n)
-}
-
 fn state() -> PathBuf {
     PathBuf::from(STATE_DIR)
+}
+
+fn node_dir(n: u8) -> PathBuf {
+    state().join(format!("n{n}"))
+}
+
+/// The lab's `/opt/cni/bin`: what deploy/'s init container installs.
+fn cni_bin_dir() -> PathBuf {
+    state().join("opt/cni/bin")
+}
+
+/// Node `n`'s `/etc/cni/net.d`.
+fn cni_conf_dir(n: u8) -> PathBuf {
+    node_dir(n).join("etc/cni/net.d")
 }
 
 fn sh(cmd: &mut Command) -> Result<String> {
@@ -198,6 +318,33 @@ pub fn down() -> Result<()> {
     Ok(())
 }
 
+/// The file naming the process running the lab (`<pid> <start time>`);
+/// it has no `.pid` extension so that [`down`] never kills that process.
+const OWNER: &str = "owner";
+
+/// `<pid> <start time in clock ticks since boot>`: a pid that cannot be
+/// mistaken for a later process that got the same number.
+fn process_identity(pid: u32) -> Result<String> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name (field 2) may hold spaces: count from its ')'.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let start = after
+        .split_whitespace()
+        .nth(19)
+        .context("/proc/<pid>/stat without a start time")?;
+    Ok(format!("{pid} {start}"))
+}
+
+/// The pid of another process running a lab right now, if one is: the
+/// owner file names a live process other than this one. A run that was
+/// interrupted, or finished with `--keep`, has no live owner.
+fn running_owner() -> Option<u32> {
+    let owner = fs::read_to_string(state().join(OWNER)).ok()?;
+    let pid: u32 = owner.split_whitespace().next()?.parse().ok()?;
+    let alive = process_identity(pid).is_ok_and(|now| now == owner.trim());
+    (alive && pid != std::process::id()).then_some(pid)
+}
+
 /// Whether a pid (from a pid file) is still one of the lab's processes
 /// and not a recycled pid: its arguments or environment name the state dir.
 fn started_by_lab(pid: &str) -> bool {
@@ -238,6 +385,14 @@ fn step(name: &str) {
 
 /// Runs the whole lab; tears it down at the end unless `keep`.
 pub fn run(cfg: &LabConfig) -> Result<LabReport> {
+    cfg.check()?;
+    if let Some(owner) = running_owner() {
+        // A lab whose run is still going (another shell, another test):
+        // tearing it down would fail that run for no reason of its own.
+        bail!(
+            "another lab run (pid {owner}) is in progress: wait for it, or remove it with `cargo xtask lab down`"
+        );
+    }
     let mut report = LabReport {
         nodes: cfg.nodes,
         ..LabReport::default()
@@ -253,8 +408,11 @@ pub fn run(cfg: &LabConfig) -> Result<LabReport> {
     if !cfg.keep {
         step("teardown");
         for pod in pods.iter().rev() {
-            if let Err(e) = cni(cfg, pod.node, &pod.name, "DEL", Some(&pod.add_result)) {
+            if let Err(e) = cni_del(pod) {
                 eprintln!("CNI DEL {}: {e:#}", pod.name);
+                report
+                    .failed_step
+                    .get_or_insert_with(|| format!("CNI DEL {}: {e:#}", pod.name));
             }
         }
         down()?;
@@ -266,26 +424,31 @@ pub fn run(cfg: &LabConfig) -> Result<LabReport> {
             );
         }
         eprintln!(
-            "logs and sockets: {STATE_DIR}; brindlectl: ip netns exec {} {}/brindlectl --ctrl-socket {STATE_DIR}/n1/ctrl.sock bgp peers\n\
+            "a node:  ip netns exec {n1} bash   (its conflist: {conf})\n\
+             logs, sockets, configs: {STATE_DIR}\n\
+             brindlectl:  ip netns exec {n1} {bin}/brindlectl --ctrl-socket {STATE_DIR}/n1/ctrl.sock \
+             --vrouter-socket {STATE_DIR}/n1/vrouter.sock bgp peers   (or: vrouter routes, vrouter stats, endpoints)\n\
              remove it:  cargo xtask lab down",
-            node_ns(1),
-            cfg.bin_dir.display()
+            n1 = node_ns(1),
+            conf = cni_conf_dir(1).join(CONFLIST).display(),
+            bin = cfg.bin_dir.display()
         );
     }
     Ok(report)
 }
 
+/// The pool's `encapsulation` for a lab mode.
 fn encap_key(encap: &str) -> Result<&'static str> {
     Ok(match encap {
+        "none" => "none",
         "ipip" => "ipip",
         "vxlan" => "vxlan",
         "cross-subnet" => "ipip_cross_subnet",
-        other => bail!("unknown encapsulation {other:?}: ipip | vxlan | cross-subnet"),
+        other => bail!("unknown encapsulation {other:?}: none | ipip | vxlan | cross-subnet"),
     })
 }
 
 fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Result<()> {
-    let encap = encap_key(&cfg.encap)?;
     for bin in [
         "brindle-vrouter",
         "brindle-ctrl",
@@ -303,21 +466,114 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
     step("remove leftovers of an earlier lab");
     down()?;
     fs::create_dir_all(state())?;
+    fs::write(state().join(OWNER), process_identity(std::process::id())?)?;
 
-    step("underlay: bridge in its own namespace, etcd on 10.99.0.254:2379");
+    underlay(cfg)?;
+    nodes(cfg)?;
+
+    step("BGP: every node Established with every other");
+    let want = usize::from(cfg.nodes - 1);
+    wait_for("BGP full mesh Established", Duration::from_secs(60), || {
+        (1..=cfg.nodes).all(|n| {
+            brindlectl_json(cfg, n, &["bgp", "peers"]).is_ok_and(|peers| {
+                peers
+                    .iter()
+                    .filter(|p| p["state"].as_str() == Some("Established"))
+                    .count()
+                    == want
+            })
+        })
+    })?;
+
+    step("pods: the conflist's plugins exec'd like a runtime (libcni)");
+    install_cni(cfg)?;
+    for n in 1..=cfg.nodes {
+        for p in 1..=cfg.pods {
+            let pod = cni_add(n, &format!("{PREFIX}n{n}p{p}"))?;
+            eprintln!("{} on {}: {}", pod.name, node_ns(n), pod.ip);
+            pods.push(pod);
+        }
+    }
+    report.pods = pods.len();
+
+    step("routes: every vrouter has a route to every other node's block");
+    // Each node announces one block; its peers' vrouters get a route each.
+    wait_for("routes to every block", Duration::from_secs(30), || {
+        (1..=cfg.nodes).all(|n| {
+            let routes = brindlectl_json(cfg, n, &["vrouter", "routes"]).unwrap_or_default();
+            (1..=cfg.nodes)
+                .filter(|&m| m != n)
+                .all(|m| path_to(cfg, &routes, m).0 != "missing")
+        })
+    })
+    .unwrap_or_else(|e| eprintln!("{e:#}: the path table shows which"));
+    report.paths = paths(cfg)?;
+    print_paths(&report.paths);
+
+    step("all-pairs ping (3 each)");
+    ping_matrix(pods, report);
+
+    if cfg.throughput_secs > 0 && cfg.nodes >= 2 {
+        step("throughput: TCP between pods on node 1 and node 2");
+        let from = pods
+            .iter()
+            .find(|p| p.node == 1)
+            .context("no pod on node 1")?;
+        let to = pods
+            .iter()
+            .find(|p| p.node == 2)
+            .context("no pod on node 2")?;
+        match throughput(from, to, cfg.throughput_secs) {
+            Ok(m) => report.mbit_per_s = Some(m),
+            Err(e) => report.failed_step = Some(format!("throughput: {e:#}")),
+        }
+    }
+
+    step("brindlectl on node 1");
+    for args in [
+        &["bgp", "peers"][..],
+        &["bgp", "routes"],
+        &["vrouter", "routes"],
+        &["endpoints"],
+    ] {
+        println!("$ brindlectl {}", args.join(" "));
+        println!(
+            "{}",
+            brindlectl(cfg, 1, args).unwrap_or_else(|e| format!("{e:#}"))
+        );
+    }
+    step("vrouter counters per node (encapsulated, decapsulated, dropped)");
+    for n in 1..=cfg.nodes {
+        println!("{}: {}", node_ns(n), counters_line(cfg, n));
+    }
+    summary(cfg, report);
+    Ok(())
+}
+
+/// The router namespace with one bridge per subnet, and etcd on it.
+fn underlay(cfg: &LabConfig) -> Result<()> {
+    step(&format!(
+        "underlay: {} subnet(s), the router namespace {UNDERLAY_NS}, etcd on {ETCD_ADDR}:2379",
+        cfg.subnets
+    ));
     ip(&["netns", "add", UNDERLAY_NS])?;
     ip(&["-n", UNDERLAY_NS, "link", "set", "lo", "up"])?;
-    ip(&["-n", UNDERLAY_NS, "link", "add", "br0", "type", "bridge"])?;
-    ip(&[
-        "-n",
-        UNDERLAY_NS,
-        "addr",
-        "add",
-        &format!("{ETCD_ADDR}/24"),
-        "dev",
-        "br0",
-    ])?;
-    ip(&["-n", UNDERLAY_NS, "link", "set", "br0", "up"])?;
+    // The kernel routes between the subnets' bridges.
+    sh(in_ns(UNDERLAY_NS, "sysctl").args(["-qw", "net.ipv4.ip_forward=1"]))?;
+    for s in 0..cfg.subnets {
+        let br = format!("br{s}");
+        ip(&["-n", UNDERLAY_NS, "link", "add", &br, "type", "bridge"])?;
+        ip(&[
+            "-n",
+            UNDERLAY_NS,
+            "addr",
+            "add",
+            &format!("10.99.{s}.254/24"),
+            "dev",
+            &br,
+        ])?;
+        ip(&["-n", UNDERLAY_NS, "link", "set", &br, "up"])?;
+    }
     let etcd_url = format!("http://{ETCD_ADDR}:2379");
     let peer_url = "http://127.0.0.1:2380".to_string();
     spawn_daemon(
@@ -337,6 +593,7 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
     )?;
     for n in 1..=cfg.nodes {
         let ns = node_ns(n);
+        let s = cfg.subnet_of(n);
         ip(&["netns", "add", &ns])?;
         ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         let port = format!("n{n}");
@@ -361,7 +618,7 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
             "set",
             &port,
             "master",
-            "br0",
+            &format!("br{s}"),
             "up",
         ])?;
         ip(&[
@@ -369,25 +626,45 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
             &ns,
             "addr",
             "add",
-            &format!("{}/24", node_addr(n)),
+            &format!("{}/24", cfg.node_addr(n)),
             "dev",
             "eth0",
         ])?;
         ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+        // The router on the node's subnet reaches the other subnet (and
+        // etcd), as a node's default gateway does.
+        ip(&[
+            "-n",
+            &ns,
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("10.99.{s}.254"),
+        ])?;
         // The pods' replies to 169.254.1.1 and forwarding between veths.
         sh(in_ns(&ns, "sysctl").args(["-qw", "net.ipv4.ip_forward=1"]))?;
+        eprintln!(
+            "{ns}: eth0 {}/24 on br{s}, default via 10.99.{s}.254",
+            cfg.node_addr(n)
+        );
     }
     wait_for("etcd", Duration::from_secs(20), || {
         in_ns(&node_ns(1), "bash")
             .args(["-c", &format!("exec 3<>/dev/tcp/{ETCD_ADDR}/2379")])
             .status()
             .is_ok_and(|s| s.success())
-    })?;
+    })
+}
 
+/// `brindle-vrouter serve` and `brindle-ctrl` in each node namespace.
+fn nodes(cfg: &LabConfig) -> Result<()> {
     step("nodes: brindle-vrouter serve and brindle-ctrl in each node namespace");
+    let encap = encap_key(&cfg.encap)?;
+    let etcd_url = format!("http://{ETCD_ADDR}:2379");
     for n in 1..=cfg.nodes {
         let ns = node_ns(n);
-        let dir = state().join(format!("n{n}"));
+        let dir = node_dir(n);
         fs::create_dir_all(&dir)?;
         let vrouter_toml = dir.join("vrouter.toml");
         fs::write(
@@ -415,7 +692,7 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
         let env: Vec<(String, String)> = [
             ("BRINDLE_CONFIG", node_toml.display().to_string()),
             ("BRINDLE_NODE_NAME", node_ns(n)),
-            ("BRINDLE_NODE_ADDRESS", node_addr(n).to_string()),
+            ("BRINDLE_NODE_ADDRESS", cfg.node_addr(n).to_string()),
             (
                 "BRINDLE_API_SOCKET",
                 dir.join("ctrl.sock").display().to_string(),
@@ -451,184 +728,148 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
             || brindlectl(cfg, n, &["node", "status"]).is_ok(),
         )?;
     }
-
-    step("BGP: every node Established with every other");
-    let want = usize::from(cfg.nodes - 1);
-    wait_for("BGP full mesh Established", Duration::from_secs(60), || {
-        (1..=cfg.nodes).all(|n| {
-            brindlectl(cfg, n, &["-o", "json", "bgp", "peers"])
-                .ok()
-                .and_then(|s| serde_json::from_str::<Vec<Value>>(&s).ok())
-                .is_some_and(|peers| {
-                    peers
-                        .iter()
-                        .filter(|p| p["state"].as_str() == Some("Established"))
-                        .count()
-                        == want
-                })
-        })
-    })?;
-
-    step("pods: the brindle CNI plugin exec'd like a runtime");
-    for n in 1..=cfg.nodes {
-        for p in 1..=cfg.pods {
-            let name = format!("{PREFIX}n{n}p{p}");
-            ip(&["netns", "add", &name])?;
-            let mut attempt = 0;
-            let result = loop {
-                match cni(cfg, n, &name, "ADD", None) {
-                    Ok(r) => break r,
-                    // CNI code 11: try again later (the vrouter not yet programmed).
-                    Err(e) if attempt < 20 && e.to_string().contains("\"code\":11") => {
-                        attempt += 1;
-                        eprintln!("CNI ADD {name}: {e:#}; retrying");
-                        thread::sleep(Duration::from_millis(500));
-                    }
-                    Err(e) => return Err(e),
-                }
-            };
-            // Pods keep TX checksum offload on, as real pods do: the vrouter
-            // completes the CHECKSUM_PARTIAL TCP/UDP checksums that frames
-            // taken by AF_XDP never get from the kernel.
-            let addr = result["ips"][0]["address"]
-                .as_str()
-                .context("ADD result without ips[0].address")?;
-            let ip: Ipv4Addr = addr.split('/').next().unwrap_or("").parse()?;
-            eprintln!("{name} on {}: {ip}", node_ns(n));
-            pods.push(Pod {
-                node: n,
-                name,
-                ip,
-                add_result: result,
-            });
-        }
-    }
-    report.pods = pods.len();
-
-    step("all-pairs ping (3 each)");
-    // Let every vrouter learn the other blocks' routes.
-    wait_for("routes to every block", Duration::from_secs(30), || {
-        (1..=cfg.nodes).all(|n| {
-            brindlectl(cfg, n, &["-o", "json", "bgp", "routes"])
-                .ok()
-                .and_then(|s| serde_json::from_str::<Vec<Value>>(&s).ok())
-                .is_some_and(|r| r.len() >= usize::from(cfg.nodes))
-        })
-    })?;
-    let mut matrix = String::from("from \\ to");
-    for p in pods.iter() {
-        matrix.push_str(&format!(" {:>12}", p.name));
-    }
-    matrix.push('\n');
-    for a in pods.iter() {
-        matrix.push_str(&format!("{:<9}", a.name));
-        for b in pods.iter() {
-            if a.name == b.name {
-                matrix.push_str(&format!(" {:>12}", "-"));
-                continue;
-            }
-            report.pairs_total += 1;
-            let ok = in_ns(&a.name, "ping")
-                .args(["-c", "3", "-i", "0.2", "-W", "2", "-q", &b.ip.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
-                report.pairs_ok += 1;
-            }
-            matrix.push_str(&format!(" {:>12}", if ok { "ok" } else { "FAIL" }));
-        }
-        matrix.push('\n');
-    }
-    println!("{matrix}");
-
-    if cfg.throughput_secs > 0 && cfg.nodes >= 2 {
-        step("throughput: TCP between pods on node 1 and node 2");
-        let from = pods
-            .iter()
-            .find(|p| p.node == 1)
-            .context("no pod on node 1")?;
-        let to = pods
-            .iter()
-            .find(|p| p.node == 2)
-            .context("no pod on node 2")?;
-        match throughput(from, to, cfg.throughput_secs) {
-            Ok(m) => report.mbit_per_s = Some(m),
-            Err(e) => report.failed_step = Some(format!("throughput: {e:#}")),
-        }
-    }
-
-    step("brindlectl on node 1");
-    for args in [&["bgp", "peers"][..], &["bgp", "routes"], &["endpoints"]] {
-        println!("$ brindlectl {}", args.join(" "));
-        println!(
-            "{}",
-            brindlectl(cfg, 1, args).unwrap_or_else(|e| format!("{e:#}"))
-        );
-    }
-    println!(
-        "| nodes | pods | pairs ok | throughput |\n|---|---|---|---|\n| {} | {} | {}/{} | {} |",
-        report.nodes,
-        report.pods,
-        report.pairs_ok,
-        report.pairs_total,
-        report
-            .mbit_per_s
-            .map(|m| format!("{m:.0} Mbit/s"))
-            .unwrap_or_else(|| "not run".into())
-    );
-    if report.pairs_ok != report.pairs_total {
-        report.failed_step = Some(format!(
-            "ping: {} of {} pairs answered",
-            report.pairs_ok, report.pairs_total
-        ));
-    }
     Ok(())
 }
 
-fn brindlectl(cfg: &LabConfig, n: u8, args: &[&str]) -> Result<String> {
-    let dir = state().join(format!("n{n}"));
-    sh(in_ns(&node_ns(n), cfg.bin_dir.join("brindlectl"))
-        .arg("--ctrl-socket")
-        .arg(dir.join("ctrl.sock"))
-        .arg("--vrouter-socket")
-        .arg(dir.join("vrouter.sock"))
-        .args(args))
+/// What deploy/'s init container does on each node: the plugins into
+/// `/opt/cni/bin` (here links to the release build and to Debian's
+/// reference plugins) and the conflist rendered from the one template into
+/// `/etc/cni/net.d`.
+fn install_cni(cfg: &LabConfig) -> Result<()> {
+    let bin = cni_bin_dir();
+    fs::create_dir_all(&bin)?;
+    for plugin in ["brindle", "brindle-ipam"] {
+        std::os::unix::fs::symlink(cfg.bin_dir.join(plugin), bin.join(plugin))?;
+    }
+    for plugin in ["tuning", "bandwidth", "portmap"] {
+        let reference = Path::new(REFERENCE_PLUGINS).join(plugin);
+        if !reference.exists() {
+            bail!(
+                "{} missing: the conflist chains it (apt-get install containernetworking-plugins)",
+                reference.display()
+            );
+        }
+        std::os::unix::fs::symlink(reference, bin.join(plugin))?;
+    }
+    for n in 1..=cfg.nodes {
+        let sock = node_dir(n).join("ctrl.sock").display().to_string();
+        let list = render(&ConflistParams {
+            network_name: NETWORK.into(),
+            // The plugin's key sizes the MTU only: cross-subnet may
+            // encapsulate, so it reserves IPIP's 20 bytes like Calico's
+            // CrossSubnet does.
+            encapsulation: match cfg.encap.as_str() {
+                "vxlan" => "vxlan",
+                "none" => "none",
+                _ => "ipip",
+            }
+            .into(),
+            ctrl_socket: sock.clone(),
+            // The lab's nodes share one host name: the node is named here
+            // (operators leave it to NODENAME or the host name).
+            ipam: json!({"type": "brindle-ipam", "mode": "daemon", "socket": sock, "node": node_ns(n)}),
+            ..ConflistParams::default()
+        })?;
+        let dir = cni_conf_dir(n);
+        fs::create_dir_all(&dir)?;
+        fs::write(
+            dir.join(CONFLIST),
+            serde_json::to_string_pretty(&list)? + "\n",
+        )?;
+    }
+    eprintln!(
+        "plugins in {}, conflists in {}/n<N>/etc/cni/net.d/{CONFLIST}",
+        bin.display(),
+        STATE_DIR
+    );
+    Ok(())
 }
 
-/// Execs the brindle plugin as a runtime does (libcni: the conflist's
-/// `name` and `cniVersion` injected into the plugin's config, the cached
-/// ADD result as `prevResult` for DEL).
-fn cni(cfg: &LabConfig, n: u8, pod: &str, command: &str, prev: Option<&Value>) -> Result<Value> {
-    let dir = state().join(format!("n{n}"));
-    let sock = dir.join("ctrl.sock").display().to_string();
-    let mut conf = json!({
-        "cniVersion": "1.0.0",
-        "name": NETWORK,
-        "type": "brindle",
-        "mtu": 0,
-        // The plugin's key sizes the MTU only: cross-subnet may encapsulate,
-        // so it reserves IPIP's 20 bytes like Calico's CrossSubnet does.
-        "encapsulation": if cfg.encap == "vxlan" { "vxlan" } else { "ipip" },
-        "ctrlSocket": sock,
-        "requireDaemon": true,
-        "ipam": {"type": "brindle-ipam", "mode": "daemon", "socket": sock, "node": node_ns(n)}
-    });
-    if let Some(prev) = prev {
-        conf["prevResult"] = prev.clone();
+/// Node `n`'s conflist, read back from its `/etc/cni/net.d` as a runtime
+/// loads it.
+fn load_conflist(n: u8) -> Result<NetConfList> {
+    let path = cni_conf_dir(n).join(CONFLIST);
+    let text = fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// A pod: its netns, then the conflist's plugins ADDed in order, each
+/// getting the previous one's result (libcni's AddNetworkList).
+fn cni_add(n: u8, name: &str) -> Result<Pod> {
+    ip(&["netns", "add", name])?;
+    let list = load_conflist(n)?;
+    let mut prev: Option<Value> = None;
+    for i in 0..list.plugins.len() {
+        let conf = list
+            .plugin_conf(i, &Map::new(), prev.as_ref())
+            .context("plugin index")?;
+        let mut attempt = 0;
+        let result = loop {
+            match exec_plugin(n, name, "ADD", &conf) {
+                Ok(r) => break r,
+                // CNI code 11: try again later (the vrouter not yet programmed).
+                Err(e) if i == 0 && attempt < 20 && e.to_string().contains("\"code\":11") => {
+                    attempt += 1;
+                    eprintln!("CNI ADD {name}: {e:#}; retrying");
+                    thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        prev = Some(result);
     }
-    let mut child = in_ns(&node_ns(n), cfg.bin_dir.join("brindle"))
+    let result = prev.context("the conflist has no plugins")?;
+    let addr = result["ips"][0]["address"]
+        .as_str()
+        .context("ADD result without ips[0].address")?;
+    let ip: Ipv4Addr = addr.split('/').next().unwrap_or("").parse()?;
+    Ok(Pod {
+        node: n,
+        name: name.to_owned(),
+        ip,
+        add_result: result,
+    })
+}
+
+/// The conflist's plugins DELeted in reverse order, each with the cached
+/// ADD result (libcni's DelNetworkList).
+fn cni_del(pod: &Pod) -> Result<()> {
+    let list = load_conflist(pod.node)?;
+    let mut first_error = None;
+    for i in (0..list.plugins.len()).rev() {
+        let conf = list
+            .plugin_conf(i, &Map::new(), Some(&pod.add_result))
+            .context("plugin index")?;
+        if let Err(e) = exec_plugin(pod.node, &pod.name, "DEL", &conf) {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Execs one plugin of the chain, found in CNI_PATH, as a runtime on node
+/// `n` does: the CNI variables, the plugin config on stdin.
+fn exec_plugin(n: u8, pod: &str, command: &str, conf: &Value) -> Result<Value> {
+    let kind = conf["type"]
+        .as_str()
+        .context("plugin config without type")?;
+    let binary = cni_bin_dir().join(kind);
+    if !binary.exists() {
+        bail!(
+            "plugin {kind:?} not in CNI_PATH {}",
+            cni_bin_dir().display()
+        );
+    }
+    let mut child = in_ns(&node_ns(n), &binary)
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", pod)
         .env("CNI_NETNS", format!("/var/run/netns/{pod}"))
         .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", &cfg.bin_dir)
+        .env("CNI_PATH", cni_bin_dir())
         .env(
             "CNI_ARGS",
-            format!("K8S_POD_NAMESPACE=lab;K8S_POD_NAME={pod}"),
+            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=lab;K8S_POD_NAME={pod}"),
         )
-        .env("NODENAME", node_ns(n))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -642,7 +883,7 @@ fn cni(cfg: &LabConfig, n: u8, pod: &str, command: &str, prev: Option<&Value>) -
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!(
-            "brindle {command} {pod}: {}: {} {}",
+            "{kind} {command} {pod}: {}: {} {}",
             out.status,
             stdout.trim(),
             String::from_utf8_lossy(&out.stderr).trim()
@@ -652,6 +893,227 @@ fn cni(cfg: &LabConfig, n: u8, pod: &str, command: &str, prev: Option<&Value>) -
         return Ok(Value::Null);
     }
     Ok(serde_json::from_str(&stdout)?)
+}
+
+fn brindlectl(cfg: &LabConfig, n: u8, args: &[&str]) -> Result<String> {
+    let dir = node_dir(n);
+    sh(in_ns(&node_ns(n), cfg.bin_dir.join("brindlectl"))
+        .arg("--ctrl-socket")
+        .arg(dir.join("ctrl.sock"))
+        .arg("--vrouter-socket")
+        .arg(dir.join("vrouter.sock"))
+        .args(args))
+}
+
+fn brindlectl_json(cfg: &LabConfig, n: u8, args: &[&str]) -> Result<Vec<Value>> {
+    let mut full = vec!["-o", "json"];
+    full.extend_from_slice(args);
+    Ok(serde_json::from_str(&brindlectl(cfg, n, &full)?)?)
+}
+
+/// The kind and description of the route in `routes` (a vrouter's route
+/// dump) that leads to node `to`: its target names the node's address as
+/// tunnel remote or gateway.
+fn path_to(cfg: &LabConfig, routes: &[Value], to: u8) -> (String, String) {
+    let addr = cfg.node_addr(to).to_string();
+    for r in routes {
+        let t = &r["target"];
+        let prefix = r["prefix"].as_str().unwrap_or("?");
+        match t["kind"].as_str() {
+            Some("encap") if t["remote"].as_str() == Some(addr.as_str()) => {
+                let encap = t["encap"].as_str().unwrap_or("?").to_owned();
+                let route = format!("{prefix} {encap} to {addr}");
+                return (encap, route);
+            }
+            Some("gateway") if t["via"].as_str() == Some(addr.as_str()) => {
+                let port = t["port"].as_str().unwrap_or("?");
+                return (
+                    "native".into(),
+                    format!("{prefix} native via {addr} ({port})"),
+                );
+            }
+            _ => {}
+        }
+    }
+    ("missing".into(), format!("no route to {addr}"))
+}
+
+/// Every ordered node pair's path, from the sender's vrouter routes.
+fn paths(cfg: &LabConfig) -> Result<Vec<NodePath>> {
+    let mut out = Vec::new();
+    for a in 1..=cfg.nodes {
+        let routes = brindlectl_json(cfg, a, &["vrouter", "routes"])
+            .with_context(|| format!("brindlectl vrouter routes on {}", node_ns(a)))?;
+        for b in (1..=cfg.nodes).filter(|&b| b != a) {
+            let (kind, route) = path_to(cfg, &routes, b);
+            out.push(NodePath {
+                from: a,
+                to: b,
+                kind,
+                route,
+                expected: cfg.expected_path(a, b).into(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn print_paths(paths: &[NodePath]) {
+    println!(
+        "{:<18} {:<8} {:<8} vrouter route on the sender",
+        "node pair", "path", "expected"
+    );
+    for p in paths {
+        println!(
+            "{:<18} {:<8} {:<8} {}{}",
+            format!("{} -> {}", node_ns(p.from), node_ns(p.to)),
+            p.kind,
+            p.expected,
+            p.route,
+            if p.kind == p.expected { "" } else { "   WRONG" }
+        );
+    }
+}
+
+fn ping_matrix(pods: &[Pod], report: &mut LabReport) {
+    let mut matrix = String::from("from \\ to");
+    for p in pods {
+        matrix.push_str(&format!(" {:>12}", p.name));
+    }
+    matrix.push('\n');
+    for a in pods {
+        matrix.push_str(&format!("{:<9}", a.name));
+        for b in pods {
+            if a.name == b.name {
+                matrix.push_str(&format!(" {:>12}", "-"));
+                continue;
+            }
+            report.pairs_total += 1;
+            let ok = in_ns(&a.name, "ping")
+                .args(["-c", "3", "-i", "0.2", "-W", "2", "-q", &b.ip.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                report.pairs_ok += 1;
+            } else {
+                report
+                    .failed_pairs
+                    .push(format!("{} ({}) -> {} ({})", a.name, a.ip, b.name, b.ip));
+            }
+            matrix.push_str(&format!(" {:>12}", if ok { "ok" } else { "FAIL" }));
+        }
+        matrix.push('\n');
+    }
+    println!("{matrix}");
+}
+
+/// The vrouter's tunnel and drop counters on node `n`, summed over its
+/// workers: the proof of which traffic was encapsulated, and why any was
+/// dropped.
+fn counters_line(cfg: &LabConfig, n: u8) -> String {
+    let stats = match brindlectl(cfg, n, &["-o", "json", "vrouter", "stats"])
+        .and_then(|s| Ok(serde_json::from_str::<Value>(&s)?))
+    {
+        Ok(s) => s,
+        Err(e) => return format!("{e:#}"),
+    };
+    let mut sums: BTreeMap<String, u64> = BTreeMap::new();
+    add_counters(&stats, "", &mut sums);
+    let shown: Vec<String> = sums
+        .iter()
+        .filter(|(k, v)| {
+            **v > 0
+                && (k.contains("encap")
+                    || k.contains("decap")
+                    || k.contains("drop")
+                    || k.contains("not_for_us")
+                    || k.contains("no_neighbour"))
+        })
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if shown.is_empty() {
+        "no tunnel or drop counter above zero".into()
+    } else {
+        shown.join(" ")
+    }
+}
+
+/// Sums every numeric leaf of `v` by its key path, workers and ports
+/// (array elements) merged.
+fn add_counters(v: &Value, path: &str, sums: &mut BTreeMap<String, u64>) {
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                add_counters(v, &p, sums);
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| add_counters(v, path, sums)),
+        Value::Number(x) => {
+            if let Some(x) = x.as_u64() {
+                *sums.entry(path.to_owned()).or_default() += x;
+            }
+        }
+        _ => {}
+    }
+}
+
+fn summary(cfg: &LabConfig, report: &mut LabReport) {
+    let wrong: Vec<String> = report
+        .paths
+        .iter()
+        .filter(|p| p.kind != p.expected)
+        .map(|p| {
+            format!(
+                "{} -> {}: {} (expected {})",
+                node_ns(p.from),
+                node_ns(p.to),
+                p.kind,
+                p.expected
+            )
+        })
+        .collect();
+    println!(
+        "| encap | subnets | nodes | pods | pairs ok | paths as expected | throughput |\n\
+         |---|---|---|---|---|---|---|\n| {} | {} | {} | {} | {}/{} | {}/{} | {} |",
+        cfg.encap,
+        cfg.subnets,
+        report.nodes,
+        report.pods,
+        report.pairs_ok,
+        report.pairs_total,
+        report.paths.len() - wrong.len(),
+        report.paths.len(),
+        report
+            .mbit_per_s
+            .map(|m| format!("{m:.0} Mbit/s"))
+            .unwrap_or_else(|| "not run".into())
+    );
+    for p in &report.failed_pairs {
+        println!("FAIL ping {p}");
+    }
+    for w in &wrong {
+        println!("WRONG path {w}");
+    }
+    if report.pairs_ok != report.pairs_total {
+        report.failed_step.get_or_insert_with(|| {
+            format!(
+                "ping: {} of {} pairs answered (the FAIL lines name the others)",
+                report.pairs_ok, report.pairs_total
+            )
+        });
+    }
+    if !wrong.is_empty() {
+        report
+            .failed_step
+            .get_or_insert_with(|| format!("paths: {}", wrong.join(", ")));
+    }
 }
 
 /// A TCP transfer of `secs` seconds from one pod to another through the
@@ -703,4 +1165,83 @@ fn throughput(from: &Pod, to: &Pod, secs: u32) -> Result<f64> {
         from.name, to.name
     );
     Ok(mbit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(nodes: u8, subnets: u8, encap: &str) -> LabConfig {
+        LabConfig {
+            nodes,
+            subnets,
+            encap: encap.into(),
+            ..LabConfig::new(PathBuf::new())
+        }
+    }
+
+    #[test]
+    fn two_subnets_put_the_last_third_of_the_nodes_behind_the_router() {
+        let c = cfg(3, 2, "cross-subnet");
+        let addrs: Vec<String> = (1..=3).map(|n| c.node_addr(n).to_string()).collect();
+        assert_eq!(addrs, ["10.99.0.11", "10.99.0.12", "10.99.1.13"]);
+        let c = cfg(6, 2, "ipip");
+        let subnets: Vec<u8> = (1..=6).map(|n| c.subnet_of(n)).collect();
+        assert_eq!(subnets, [0, 0, 0, 0, 1, 1]);
+        let c = cfg(3, 1, "ipip");
+        assert!((1..=3).all(|n| c.subnet_of(n) == 0));
+    }
+
+    #[test]
+    fn cross_subnet_is_native_within_a_subnet_and_ipip_across_the_router() {
+        let c = cfg(3, 2, "cross-subnet");
+        assert_eq!(c.expected_path(1, 2), "native");
+        assert_eq!(c.expected_path(2, 1), "native");
+        assert_eq!(c.expected_path(1, 3), "ipip");
+        assert_eq!(c.expected_path(3, 2), "ipip");
+        assert_eq!(cfg(3, 2, "vxlan").expected_path(1, 2), "vxlan");
+        assert_eq!(cfg(3, 1, "none").expected_path(1, 3), "native");
+    }
+
+    #[test]
+    fn native_routing_across_the_router_is_refused() {
+        assert!(cfg(3, 2, "none").check().is_err());
+        assert!(cfg(3, 1, "none").check().is_ok());
+        assert!(cfg(3, 2, "geneve").check().is_err());
+    }
+
+    #[test]
+    fn the_path_comes_from_the_route_naming_the_node() {
+        let c = cfg(3, 2, "cross-subnet");
+        let routes: Vec<Value> = serde_json::from_value(json!([
+            {"prefix": "10.244.1.0/26", "target": {"kind": "gateway", "via": "10.99.0.12", "port": "eth0"}},
+            {"prefix": "10.244.2.0/26", "target": {"kind": "encap", "encap": "ipip", "remote": "10.99.1.13"}},
+            {"prefix": "10.244.0.1/32", "target": {"kind": "local", "port": "bri0"}}
+        ]))
+        .unwrap();
+        assert_eq!(
+            path_to(&c, &routes, 2),
+            (
+                "native".into(),
+                "10.244.1.0/26 native via 10.99.0.12 (eth0)".into()
+            )
+        );
+        assert_eq!(
+            path_to(&c, &routes, 3),
+            ("ipip".into(), "10.244.2.0/26 ipip to 10.99.1.13".into())
+        );
+        assert_eq!(path_to(&c, &routes, 1).0, "missing");
+    }
+
+    #[test]
+    fn counters_are_summed_over_workers() {
+        let mut sums = BTreeMap::new();
+        add_counters(
+            &json!([{"encap_ipip": 2, "drops": {"not_for_us": 1}}, {"encap_ipip": 3}]),
+            "",
+            &mut sums,
+        );
+        assert_eq!(sums["encap_ipip"], 5);
+        assert_eq!(sums["drops.not_for_us"], 1);
+    }
 }

@@ -70,6 +70,29 @@ impl Netns {
         full.extend_from_slice(args);
         run(&full)
     }
+
+    /// Its path, as a runtime passes it in `CNI_NETNS`.
+    pub fn path(&self) -> String {
+        format!("/var/run/netns/{}", self.name)
+    }
+
+    /// `ip -n NAME -j ARGS...` parsed as JSON (`[]` when `ip` prints
+    /// nothing, as it does for an empty list).
+    pub fn ip_json(&self, args: &[&str]) -> Result<serde_json::Value> {
+        let mut full = vec!["ip", "-n", &self.name, "-j"];
+        full.extend_from_slice(args);
+        let out = run(&full)?;
+        if out.trim().is_empty() {
+            return Ok(serde_json::Value::Array(Vec::new()));
+        }
+        serde_json::from_str(&out).with_context(|| format!("ip {args:?}: not JSON: {out}"))
+    }
+
+    /// Deletes it now, before the drop (e.g. a DEL after the runtime
+    /// removed the netns); the drop then finds nothing to do.
+    pub fn delete(&self) -> Result<()> {
+        run(&["ip", "netns", "del", &self.name]).map(|_| ())
+    }
 }
 
 impl Drop for Netns {

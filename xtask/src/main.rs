@@ -302,14 +302,9 @@ fn lab(args: &[String]) -> Result<()> {
     if !is_root() {
         bail!("the lab needs root (network namespaces, XDP)");
     }
-    let mut cfg = brindle_tests::lab::LabConfig {
-        bin_dir: PathBuf::new(),
-        nodes: 3,
-        pods: 2,
-        encap: "ipip".into(),
-        throughput_secs: 3,
-        keep: false,
-    };
+    let mut cfg = brindle_tests::lab::LabConfig::new(PathBuf::new());
+    let mut subnets = None;
+    let mut build = true;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
@@ -317,31 +312,38 @@ fn lab(args: &[String]) -> Result<()> {
             "--nodes" => cfg.nodes = value()?.parse()?,
             "--pods" => cfg.pods = value()?.parse()?,
             "--encap" => cfg.encap = value()?.clone(),
+            "--subnets" => subnets = Some(value()?.parse()?),
             "--throughput-secs" => cfg.throughput_secs = value()?.parse()?,
             "--keep" => cfg.keep = true,
+            "--no-build" => build = false,
             other => bail!(
                 "unknown lab option {other}: lab [--nodes N] [--pods P] \
-                 [--encap ipip|vxlan|cross-subnet] [--throughput-secs S] [--keep] | lab down"
+                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--keep] [--no-build] | lab down"
             ),
         }
     }
+    // Native routing needs one subnet (the router knows no pod routes);
+    // every other mode runs across the router by default.
+    cfg.subnets = subnets.unwrap_or(if cfg.encap == "none" { 1 } else { 2 });
     if !(2..=200).contains(&cfg.nodes) || !(1..=50).contains(&cfg.pods) {
         bail!("--nodes 2..=200, --pods 1..=50");
     }
     install_deps()?;
-    step("build (release)");
-    run(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "brindle-vrouter",
-        "-p",
-        "brindle-ctrl",
-        "-p",
-        "brindle-cni",
-        "-p",
-        "brindle-ipam",
-    ]))?;
+    if build {
+        step("build (release)");
+        run(cargo().args([
+            "build",
+            "--release",
+            "-p",
+            "brindle-vrouter",
+            "-p",
+            "brindle-ctrl",
+            "-p",
+            "brindle-cni",
+            "-p",
+            "brindle-ipam",
+        ]))?;
+    }
     let target =
         env::var("CARGO_TARGET_DIR").map_or_else(|_| PathBuf::from("target"), PathBuf::from);
     cfg.bin_dir = std::fs::canonicalize(target.join("release"))?;
