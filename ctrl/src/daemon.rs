@@ -351,6 +351,10 @@ pub fn run_with_reload(
         config.bgp.listen_port,
     ));
     speaker_config.cluster_id = v.cluster_id;
+    if !config.bgp.record_file.is_empty() {
+        info!(file = %config.bgp.record_file, "recording the BGP speaker's inputs");
+        speaker_config.record = Some(config.bgp.record_file.clone().into());
+    }
     let (speaker, mut changes) = rt
         .block_on(Speaker::start(speaker_config))
         .map_err(|e| start_err("starting BGP")(e.to_string()))?;

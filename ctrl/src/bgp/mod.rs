@@ -3,6 +3,7 @@
 
 pub mod fsm;
 pub mod packet;
+pub mod record;
 pub mod rib;
 pub mod speaker;
 

@@ -29,6 +29,9 @@ use super::packet::{
     AFI_IPV4, AFI_IPV6, Capability, DecodeCxt, DecodeError, EncodeCxt, MAX_MESSAGE_LEN, Message,
     SAFI_UNICAST, UpdateMsg, get_message_len,
 };
+use super::record::{Recorded, Recorder};
+
+const HEADER_LEN: usize = 19;
 use super::rib::{PeerInfo, Rib, RouteChange, RouteEntry};
 
 /// The standard BGP port.
@@ -51,6 +54,10 @@ pub struct SpeakerConfig {
     pub graceful_restart_time: Option<u16>,
     /// Next hop for IPv6 routes we announce over IPv4 sessions.
     pub ipv6_next_hop: Option<Ipv6Addr>,
+    /// Record every input of the speaker (commands, connections, received
+    /// messages, timer events) as JSON lines to this file, for
+    /// [`super::record::Replay`].
+    pub record: Option<std::path::PathBuf>,
 }
 
 impl SpeakerConfig {
@@ -62,6 +69,7 @@ impl SpeakerConfig {
             cluster_id: None,
             graceful_restart_time: Some(120),
             ipv6_next_hop: None,
+            record: None,
         }
     }
 }
@@ -159,6 +167,11 @@ pub enum SpeakerError {
     NoSuchPeer(IpAddr),
     #[error("the speaker has stopped")]
     Stopped,
+    #[error("cannot record to {path}: {source}")]
+    Record {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// A row of `brindlectl bgp peers`.
@@ -227,7 +240,18 @@ impl Speaker {
             listener_guard = Some(TaskGuard(tokio::spawn(accept_task(listener, tx))));
             listener_socket = Some(clone);
         }
+        let recorder =
+            match &config.record {
+                Some(path) => Some(Recorder::create(path, &config).map_err(|source| {
+                    SpeakerError::Record {
+                        path: path.clone(),
+                        source,
+                    }
+                })?),
+                None => None,
+            };
         let owner = Owner {
+            recorder,
             rib: Rib::new(config.local_as, config.router_id, config.cluster_id),
             config,
             peers: HashMap::new(),
@@ -317,7 +341,7 @@ impl Speaker {
 // ===== child tasks =====
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum TimerKind {
+pub(crate) enum TimerKind {
     ConnectRetry,
     Hold(ConnId),
     Keepalive(ConnId),
@@ -335,8 +359,10 @@ enum Event {
         attempt: u64,
         result: std::io::Result<TcpStream>,
     },
-    Message(ConnId, Message),
-    DecodeError(ConnId, DecodeError),
+    /// A message and, when recording, its octets.
+    Message(ConnId, Message, Option<Bytes>),
+    /// A decode error and, when recording, the octets that caused it.
+    DecodeError(ConnId, DecodeError, Option<Bytes>),
     Closed(ConnId),
     Timer {
         peer: IpAddr,
@@ -401,38 +427,56 @@ async fn connect(peer: &PeerConfig) -> std::io::Result<TcpStream> {
     }
 }
 
-async fn reader_task(id: ConnId, mut rd: OwnedReadHalf, events: mpsc::Sender<Event>) {
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    // Until the peer's OPEN arrives nothing depends on the AS width; after
-    // it, AS numbers are four octets if the peer announced the capability
-    // (we always do).
-    let mut cxt = DecodeCxt {
+/// The decode context of a new connection: until the peer's OPEN arrives
+/// nothing depends on the AS width.
+pub(crate) fn initial_decode_cxt() -> DecodeCxt {
+    DecodeCxt {
         four_octet_as: false,
         revised_error_handling: true,
-    };
+    }
+}
+
+/// Decodes one frame of a connection; after the peer's OPEN, AS numbers are
+/// four octets if it announced the capability (we always do). Shared by
+/// the reader and the replay so both decode the same octets the same way.
+pub(crate) fn decode_frame(frame: &[u8], cxt: &mut DecodeCxt) -> Result<Message, DecodeError> {
+    let msg = Message::decode(frame, cxt)?;
+    if let Message::Open(open) = &msg {
+        cxt.four_octet_as = open.has_capability(|c| matches!(c, Capability::FourOctetAs(_)));
+    }
+    Ok(msg)
+}
+
+async fn reader_task(
+    id: ConnId,
+    mut rd: OwnedReadHalf,
+    events: mpsc::Sender<Event>,
+    keep_frames: bool,
+) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut cxt = initial_decode_cxt();
     loop {
         loop {
             let len = match get_message_len(&buf) {
                 Ok(Some(len)) if buf.len() >= len => len,
                 Ok(_) => break,
                 Err(e) => {
-                    let _ = events.send(Event::DecodeError(id, e)).await;
+                    let head = keep_frames
+                        .then(|| Bytes::copy_from_slice(&buf[..buf.len().min(HEADER_LEN)]));
+                    let _ = events.send(Event::DecodeError(id, e, head)).await;
                     return;
                 }
             };
-            let frame = buf.split_to(len);
-            match Message::decode(&frame, &cxt) {
+            let frame = buf.split_to(len).freeze();
+            let kept = keep_frames.then(|| frame.clone());
+            match decode_frame(&frame, &mut cxt) {
                 Ok(msg) => {
-                    if let Message::Open(open) = &msg {
-                        cxt.four_octet_as =
-                            open.has_capability(|c| matches!(c, Capability::FourOctetAs(_)));
-                    }
-                    if events.send(Event::Message(id, msg)).await.is_err() {
+                    if events.send(Event::Message(id, msg, kept)).await.is_err() {
                         return;
                     }
                 }
                 Err(e) => {
-                    let _ = events.send(Event::DecodeError(id, e)).await;
+                    let _ = events.send(Event::DecodeError(id, e, kept)).await;
                     return;
                 }
             }
@@ -482,6 +526,93 @@ async fn writer_task(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Wri
     }
 }
 
+// ===== what FSM outputs do to the RIB (shared with the replay) =====
+
+/// An UPDATE from an established peer into the RIB; the input to feed back
+/// to the FSM when it breaks the peer's max-prefix limit.
+pub(crate) fn rib_update(
+    rib: &mut Rib,
+    peer: IpAddr,
+    u: &UpdateMsg,
+    max: Option<u32>,
+) -> Option<Input> {
+    if let Some(family) = u.end_of_rib_family() {
+        debug!(%peer, ?family, "bgp End-of-RIB");
+        rib.end_of_rib(peer, family);
+        return None;
+    }
+    if let Some(e) = &u.treat_as_withdraw {
+        warn!(%peer, error = %e, "bgp UPDATE treated as withdraw (RFC 7606)");
+    }
+    match rib.update_from_peer(peer, u, max) {
+        Ok(_) => None,
+        Err(e) => {
+            warn!(%peer, limit = e.limit, "bgp max prefixes exceeded");
+            Some(Input::MaxPrefixExceeded {
+                afi: e.afi,
+                safi: e.safi,
+                limit: e.limit,
+            })
+        }
+    }
+}
+
+/// A session ended: the peer's routes are withdrawn, or held stale when the
+/// end was graceful and the peer announced a restart time, which is then
+/// returned (the Restart timer to arm).
+pub(crate) fn rib_down(
+    rib: &mut Rib,
+    peer: IpAddr,
+    graceful: bool,
+    restart: Option<u16>,
+) -> Option<u16> {
+    let graceful = graceful && restart.is_some_and(|t| t > 0);
+    rib.peer_down(peer, graceful);
+    if graceful { restart } else { None }
+}
+
+/// The RIB's view of an established peer.
+pub(crate) fn peer_info_of(
+    peer: IpAddr,
+    neg: &Negotiated,
+    local: Option<SocketAddr>,
+    rr_client: bool,
+    ipv6_next_hop: Option<Ipv6Addr>,
+) -> PeerInfo {
+    let local = local.map(|l| canonical(l.ip()));
+    PeerInfo {
+        addr: peer,
+        remote_as: neg.remote_as,
+        router_id: neg.remote_id,
+        rr_client,
+        local_v4: match local {
+            Some(IpAddr::V4(a)) => Some(a),
+            _ => None,
+        },
+        local_v6: match local {
+            Some(IpAddr::V6(a)) => Some(a),
+            _ => ipv6_next_hop,
+        },
+        families: neg.families.clone(),
+    }
+}
+
+/// The FSM configuration of a peer.
+pub(crate) fn fsm_config(speaker: &SpeakerConfig, cfg: &PeerConfig) -> FsmConfig {
+    FsmConfig {
+        local_as: speaker.local_as,
+        remote_as: cfg.remote_as,
+        router_id: speaker.router_id,
+        hold_time: cfg.hold_time,
+        keepalive: cfg.keepalive,
+        min_hold_time: 3,
+        connect_retry: cfg.connect_retry,
+        passive: cfg.passive,
+        families: cfg.families.clone(),
+        graceful_restart: speaker.graceful_restart_time,
+    }
+}
+
 // ===== the owner task =====
 
 struct Conn {
@@ -519,6 +650,8 @@ struct Owner {
     _listener: Option<TaskGuard>,
     /// Writers flushing their last messages.
     closing: Vec<JoinHandle<()>>,
+    /// Where inputs are recorded, if anywhere.
+    recorder: Option<Recorder>,
 }
 
 /// The IP of an address as the peer table keys it (v4-mapped IPv6 from a
@@ -602,6 +735,9 @@ impl Owner {
                 }
             }
             self.flush();
+            if let Some(rec) = self.recorder.as_mut() {
+                rec.flush();
+            }
         }
     }
 
@@ -616,7 +752,32 @@ impl Owner {
         }
     }
 
+    fn record(&mut self, r: impl FnOnce() -> Recorded) {
+        if let Some(rec) = self.recorder.as_mut() {
+            rec.write(&r());
+        }
+    }
+
     fn command(&mut self, cmd: Command) {
+        match &cmd {
+            Command::AddPeer(cfg, _) => {
+                let r = Recorded::add_peer(cfg);
+                self.record(|| r);
+            }
+            Command::RemovePeer(addr, _) => {
+                let address = *addr;
+                self.record(|| Recorded::RemovePeer { address });
+            }
+            Command::Announce(prefix, next_hop) => {
+                let (prefix, next_hop) = (*prefix, *next_hop);
+                self.record(|| Recorded::Announce { prefix, next_hop });
+            }
+            Command::Withdraw(prefix) => {
+                let prefix = *prefix;
+                self.record(|| Recorded::Withdraw { prefix });
+            }
+            _ => {}
+        }
         match cmd {
             Command::AddPeer(cfg, reply) => {
                 let _ = reply.send(self.add_peer(cfg));
@@ -682,18 +843,7 @@ impl Owner {
         if let Some(pw) = &cfg.password {
             self.set_listener_md5(cfg.address, Some(pw.as_bytes()))?;
         }
-        let fsm = Fsm::new(FsmConfig {
-            local_as: self.config.local_as,
-            remote_as: cfg.remote_as,
-            router_id: self.config.router_id,
-            hold_time: cfg.hold_time,
-            keepalive: cfg.keepalive,
-            min_hold_time: 3,
-            connect_retry: cfg.connect_retry,
-            passive: cfg.passive,
-            families: cfg.families.clone(),
-            graceful_restart: self.config.graceful_restart_time,
-        });
+        let fsm = Fsm::new(fsm_config(&self.config, &cfg));
         let addr = cfg.address;
         info!(peer = %addr, remote_as = cfg.remote_as, "bgp peer added");
         self.peers.insert(
@@ -722,6 +872,13 @@ impl Owner {
                     return;
                 }
                 let id = self.spawn_conn(peer, stream);
+                let local = self.conns.get(&id).and_then(|c| c.local);
+                self.record(|| Recorded::Connection {
+                    peer,
+                    conn: id,
+                    local,
+                    inbound: true,
+                });
                 self.run_fsm(peer, Input::TcpConnectionConfirmed(id));
             }
             Event::Connected {
@@ -739,23 +896,37 @@ impl Owner {
                 match result {
                     Ok(stream) => {
                         let id = self.spawn_conn(peer, stream);
+                        let local = self.conns.get(&id).and_then(|c| c.local);
+                        self.record(|| Recorded::Connection {
+                            peer,
+                            conn: id,
+                            local,
+                            inbound: false,
+                        });
                         self.run_fsm(peer, Input::TcpCrAcked(id));
                     }
                     Err(e) => {
                         debug!(%peer, error = %e, "bgp connect failed");
+                        self.record(|| Recorded::ConnectFailed { peer });
                         self.run_fsm(peer, Input::TcpConnectFailed);
                     }
                 }
             }
-            Event::Message(id, msg) => {
+            Event::Message(id, msg, frame) => {
                 if let Some(c) = self.conns.get(&id) {
                     let peer = c.peer;
+                    if let Some(frame) = frame {
+                        self.record(|| Recorded::frame(id, &frame));
+                    }
                     self.run_fsm(peer, Input::Message(id, msg));
                 }
             }
-            Event::DecodeError(id, e) => {
+            Event::DecodeError(id, e, frame) => {
                 if let Some(c) = self.conns.get(&id) {
                     let peer = c.peer;
+                    if let Some(frame) = frame {
+                        self.record(|| Recorded::frame(id, &frame));
+                    }
                     warn!(%peer, error = %e, "bgp message error");
                     self.run_fsm(peer, Input::DecodeError(id, e));
                 }
@@ -763,6 +934,7 @@ impl Owner {
             Event::Closed(id) => {
                 if let Some(c) = self.conns.get(&id) {
                     let peer = c.peer;
+                    self.record(|| Recorded::Closed { conn: id });
                     self.run_fsm(peer, Input::TcpConnectionFails(id));
                 }
             }
@@ -776,6 +948,7 @@ impl Owner {
                     _ => return,
                 }
                 self.timers.remove(&(peer, kind));
+                self.record(|| Recorded::timer(peer, kind));
                 let input = match kind {
                     TimerKind::ConnectRetry => Input::ConnectRetryTimerExpired,
                     TimerKind::Hold(id) => Input::HoldTimerExpired(id),
@@ -799,7 +972,12 @@ impl Owner {
         let (rd, wr) = stream.into_split();
         let (writer_tx, writer_rx) = mpsc::unbounded_channel();
         let writer = tokio::spawn(writer_task(wr, writer_rx));
-        let reader = TaskGuard(tokio::spawn(reader_task(id, rd, self.events_tx.clone())));
+        let reader = TaskGuard(tokio::spawn(reader_task(
+            id,
+            rd,
+            self.events_tx.clone(),
+            self.recorder.is_some(),
+        )));
         self.conns.insert(
             id,
             Conn {
@@ -946,21 +1124,8 @@ impl Owner {
                 };
                 p.updates_in += 1;
                 let max = p.config.max_prefixes;
-                if let Some(family) = u.end_of_rib_family() {
-                    debug!(%peer, ?family, "bgp End-of-RIB");
-                    self.rib.end_of_rib(peer, family);
-                    return;
-                }
-                if let Some(e) = &u.treat_as_withdraw {
-                    warn!(%peer, error = %e, "bgp UPDATE treated as withdraw (RFC 7606)");
-                }
-                if let Err(e) = self.rib.update_from_peer(peer, &u, max) {
-                    warn!(%peer, limit = e.limit, "bgp max prefixes exceeded");
-                    queue.push_back(Input::MaxPrefixExceeded {
-                        afi: e.afi,
-                        safi: e.safi,
-                        limit: e.limit,
-                    });
+                if let Some(input) = rib_update(&mut self.rib, peer, &u, max) {
+                    queue.push_back(input);
                 }
             }
             Output::RouteRefresh(_) => {
@@ -983,10 +1148,8 @@ impl Owner {
                     .take()
                     .and_then(|e| e.1.peer_graceful_restart)
                     .map(|g| g.restart_time);
-                let graceful = graceful && restart.is_some_and(|t| t > 0);
-                self.rib.peer_down(peer, graceful);
-                if graceful {
-                    self.set_timer(peer, TimerKind::Restart, restart);
+                if let Some(secs) = rib_down(&mut self.rib, peer, graceful, restart) {
+                    self.set_timer(peer, TimerKind::Restart, Some(secs));
                 }
             }
         }
@@ -995,26 +1158,14 @@ impl Owner {
     fn peer_info(&self, peer: IpAddr) -> Option<PeerInfo> {
         let p = self.peers.get(&peer)?;
         let (id, neg, _) = p.established.as_ref()?;
-        let local = self
-            .conns
-            .get(id)
-            .and_then(|c| c.local)
-            .map(|l| canonical(l.ip()));
-        Some(PeerInfo {
-            addr: peer,
-            remote_as: neg.remote_as,
-            router_id: neg.remote_id,
-            rr_client: p.config.rr_client,
-            local_v4: match local {
-                Some(IpAddr::V4(a)) => Some(a),
-                _ => None,
-            },
-            local_v6: match local {
-                Some(IpAddr::V6(a)) => Some(a),
-                _ => self.config.ipv6_next_hop,
-            },
-            families: neg.families.clone(),
-        })
+        let local = self.conns.get(id).and_then(|c| c.local);
+        Some(peer_info_of(
+            peer,
+            neg,
+            local,
+            p.config.rr_client,
+            self.config.ipv6_next_hop,
+        ))
     }
 
     fn established(&mut self, peer: IpAddr, id: ConnId, neg: Negotiated) {

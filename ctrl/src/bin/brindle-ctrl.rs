@@ -11,10 +11,19 @@ use anyhow::Context;
 use brindle_ctrl::config::Config;
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `--record-bgp FILE` is the short name of `--bgp-record-file FILE`.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .map(|a| match a.strip_prefix("--record-bgp") {
+            Some(rest) if rest.is_empty() || rest.starts_with('=') => {
+                format!("--bgp-record-file{rest}")
+            }
+            _ => a,
+        })
+        .collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
-            "usage: brindle-ctrl [--config PATH] [--<key-path> VALUE ...]\n\
+            "usage: brindle-ctrl [--config PATH] [--record-bgp FILE] [--<key-path> VALUE ...]\n\
              every node.toml key is a flag (--bgp-as-number) and a variable (BRINDLE_BGP_AS_NUMBER)"
         );
         return Ok(());
