@@ -7,6 +7,8 @@
 //! the vrouter; the service prefixes of the config are announced and one
 //! dropped by a SIGHUP reload is withdrawn; the uplink's kernel neighbours
 //! reach the vrouter as `SetNeighbors`; SIGTERM withdraws everything.
+//! A second test peers the daemon with GoBGP over eBGP, recording its BGP
+//! inputs (`--record-bgp`), and replays the recording to the same RIB.
 
 mod common;
 mod daemon_support;
@@ -17,7 +19,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use brindle_api::framing::Client;
+use brindle_api::vrouter::Encap;
 use brindle_api::vrouter::{Mac, Neighbor, Route, RouteTarget, VrouterRequest};
+use brindle_ctrl::bgp::record::Replay;
 use common::*;
 use daemon_support::{Daemon, FakeVrouter, wait_for};
 use ipnet::IpNet;
@@ -159,6 +163,7 @@ fn the_daemon_as_an_md5_route_reflector_client_of_bird_exchanges_blocks_services
     let mut daemon = Daemon::start_in(
         Some(&ours.name),
         &[("BRINDLE_CONFIG".into(), conf.display().to_string())],
+        &[],
         &socket,
         &dir.path().join("log"),
     );
@@ -321,4 +326,178 @@ fn the_daemon_as_an_md5_route_reflector_client_of_bird_exchanges_blocks_services
 
 fn daemon_log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+}
+
+fn gobgp(ns: &Netns, args: &[&str]) -> String {
+    let mut v = vec!["gobgp", "-p", "50051"];
+    v.extend_from_slice(args);
+    ns.exec(&v).unwrap_or_default()
+}
+
+fn allocate(socket: &Path) -> String {
+    let mut c = Client::connect(socket, Duration::from_secs(10)).unwrap();
+    let r: Value = c
+        .call(&serde_json::json!({"v":1,"op":"ipam_allocate",
+            "handle":{"network":"k8s-pod-network","container_id":"c1","ifname":"eth0"},
+            "node":"n1","attrs":{},"ipv4":true,"ipv6":false}))
+        .unwrap();
+    let pod: IpNet = r["addresses"][0]["address"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    IpNet::new(pod.addr(), 26).unwrap().trunc().to_string()
+}
+
+/// Rows of a route list as sorted JSON texts.
+fn sorted_rows(v: &Value) -> Vec<String> {
+    let mut rows: Vec<String> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn the_daemon_exchanges_routes_with_gobgp_and_its_recorded_session_replays_to_the_same_rib() {
+    let ours = Netns::new("bdus").unwrap();
+    let g_ns = Netns::new("bdgob").unwrap();
+    let uplink = link(&ours, "10.0.0.2/24", &g_ns, "10.0.0.1/24").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gconf = dir.path().join("gobgpd.toml");
+    std::fs::write(
+        &gconf,
+        "[global.config]\n  as = 65001\n  router-id = \"10.0.0.1\"\n\
+         [[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"10.0.0.2\"\n    peer-as = 64512\n\
+         [neighbors.timers.config]\n    connect-retry = 2\n    hold-time = 9\n    keepalive-interval = 3\n",
+    )
+    .unwrap();
+    let _gobgpd = spawn(
+        &g_ns,
+        &[
+            "gobgpd",
+            "-f",
+            gconf.to_str().unwrap(),
+            "--api-hosts",
+            "127.0.0.1:50051",
+            "--pprof-disable",
+        ],
+    )
+    .unwrap();
+
+    let conf = dir.path().join("node.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "node_name = \"n1\"\nnode_address = \"10.0.0.2\"\n\
+             [api]\nsocket = \"{d}/ctrl.sock\"\n\
+             [vrouter]\nsocket = \"{d}/vrouter.sock\"\n\
+             [metrics]\nlisten = \"127.0.0.1:9091\"\n\
+             [datastore]\npath = \"{d}/data\"\n\
+             [bgp]\nas_number = 64512\nhold_time_secs = 9\n\
+             service_loadbalancer_ips = [\"192.0.2.64/26\"]\n\
+             [[bgp.peers]]\naddress = \"10.0.0.1\"\nas_number = 65001\n",
+            d = dir.path().display()
+        ),
+    )
+    .unwrap();
+    let record = dir.path().join("bgp.jsonl");
+    let vrouter = FakeVrouter::start_stateful(&dir.path().join("vrouter.sock"), "boot-1");
+    let socket = dir.path().join("ctrl.sock");
+    let mut daemon = Daemon::start_in(
+        Some(&ours.name),
+        &[("BRINDLE_CONFIG".into(), conf.display().to_string())],
+        &["--record-bgp", record.to_str().unwrap()],
+        &socket,
+        &dir.path().join("log"),
+    );
+    let fail = |what: &str| -> String {
+        format!(
+            "{what}\n--- daemon log ---\n{}\n--- gobgp ---\n{}",
+            daemon_log(dir.path()),
+            gobgp(&g_ns, &["neighbor"])
+        )
+    };
+    let block = allocate(&socket);
+
+    // GoBGP learns our block and the load-balancer range, via us, AS 64512.
+    wait_for("our prefixes in GoBGP", Duration::from_secs(40), || {
+        let rib = gobgp(&g_ns, &["global", "rib", "-a", "ipv4"]);
+        [block.as_str(), "192.0.2.64/26"].iter().all(|p| {
+            rib.lines()
+                .any(|l| l.contains(p) && l.contains("10.0.0.2") && l.contains("64512"))
+        })
+    })
+    .unwrap_or_else(|e| panic!("{}", fail(&e)));
+
+    // GoBGP's routes: one outside the pools, one inside (another node's
+    // block as far as we can tell).
+    gobgp(
+        &g_ns,
+        &["global", "rib", "add", "203.0.113.0/24", "-a", "ipv4"],
+    );
+    gobgp(
+        &g_ns,
+        &["global", "rib", "add", "10.244.200.0/26", "-a", "ipv4"],
+    );
+    let vrouter_socket = dir.path().join("vrouter.sock");
+    wait_for(
+        "GoBGP's routes in the vrouter",
+        Duration::from_secs(20),
+        || {
+            let v = brindlectl("--vrouter-socket", &vrouter_socket, &["vrouter", "routes"]);
+            let routes: Vec<Route> = serde_json::from_value(v).unwrap();
+            routes.contains(&Route {
+                prefix: "203.0.113.0/24".parse().unwrap(),
+                target: RouteTarget::Gateway {
+                    via: "10.0.0.1".parse().unwrap(),
+                    port: uplink.clone(),
+                },
+            }) && routes.contains(&Route {
+                prefix: "10.244.200.0/26".parse().unwrap(),
+                target: RouteTarget::Encap {
+                    encap: Encap::Ipip,
+                    remote: "10.0.0.1".parse().unwrap(),
+                },
+            })
+        },
+    )
+    .unwrap_or_else(|e| panic!("{}", fail(&e)));
+    let live = brindlectl("--ctrl-socket", &socket, &["bgp", "routes"]);
+    assert!(
+        live.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["prefix"] == "203.0.113.0/24"
+                && r["as_path"] == serde_json::json!([65001])
+                && r["best"] == true),
+        "{live}"
+    );
+
+    // The recording replays to exactly the RIB the daemon shows.
+    let text = std::fs::read_to_string(&record).unwrap();
+    let replay = Replay::from_text(&text).unwrap();
+    let replayed = serde_json::to_value(replay.routes()).unwrap();
+    assert_eq!(sorted_rows(&replayed), sorted_rows(&live));
+    assert!(
+        text.contains("\"event\":\"frame\""),
+        "received messages recorded"
+    );
+
+    // SIGTERM: GoBGP loses our prefixes.
+    daemon.stop();
+    wait_for(
+        "our prefixes withdrawn from GoBGP",
+        Duration::from_secs(20),
+        || {
+            let rib = gobgp(&g_ns, &["global", "rib", "-a", "ipv4"]);
+            !rib.contains(&block) && !rib.contains("192.0.2.64/26")
+        },
+    )
+    .unwrap_or_else(|e| panic!("{}", fail(&e)));
+    assert!(!vrouter.requests().is_empty());
 }

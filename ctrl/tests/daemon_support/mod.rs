@@ -111,7 +111,7 @@ impl Daemon {
     /// Starts the daemon with `env` (BRINDLE_* variables) and waits until
     /// its API socket answers.
     pub fn start(env: &[(String, String)], socket: &Path, log: &Path) -> Daemon {
-        Self::start_in(None, env, socket, log)
+        Self::start_in(None, env, &[], socket, log)
     }
 
     /// [`Daemon::start`] inside the network namespace `netns` (`ip netns
@@ -120,6 +120,7 @@ impl Daemon {
     pub fn start_in(
         netns: Option<&str>,
         env: &[(String, String)],
+        args: &[&str],
         socket: &Path,
         log: &Path,
     ) -> Daemon {
@@ -136,6 +137,7 @@ impl Daemon {
             }
             None => Command::new(env!("CARGO_BIN_EXE_brindle-ctrl")),
         };
+        cmd.args(args);
         cmd.env("BRINDLE_CONFIG", "/dev/null")
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
