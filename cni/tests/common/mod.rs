@@ -1,6 +1,7 @@
-//! Helpers for the root integration tests: namespaces with Drop guards, a
-//! stand-in node daemon on a real Unix socket, and exec of the built plugin
-//! exactly as a runtime does it (environment + config on stdin).
+//! Helpers for the root integration tests: namespaces with Drop guards
+//! (`brindle_tests::netns`), a stand-in host netns, a stand-in node daemon
+//! on a real Unix socket, and exec of the built plugin exactly as a runtime
+//! does it (environment + config on stdin).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -9,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -20,77 +21,11 @@ use brindle_api::endpoint::{
 use brindle_api::framing::{RemoteError, RemoteErrorKind, Reply, read_message, write_message};
 use serde_json::{Value, json};
 
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// A name unique to this process and call: `<prefix><pid>x<n>`.
-pub fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}{}x{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// Runs a command, failing with its stderr.
-pub fn sh(args: &[&str]) -> Result<String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .with_context(|| format!("spawn {args:?}"))?;
-    if !out.status.success() {
-        bail!("{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// A named network namespace, deleted on drop (also when the test fails).
-pub struct Netns {
-    pub name: String,
-}
-
-impl Netns {
-    pub fn new(prefix: &str) -> Result<Netns> {
-        let name = unique(prefix);
-        sh(&["ip", "netns", "add", &name])?;
-        Ok(Netns { name })
-    }
-
-    pub fn path(&self) -> String {
-        format!("/var/run/netns/{}", self.name)
-    }
-
-    /// `ip -n <ns> -j <args>` parsed as JSON.
-    pub fn ip_json(&self, args: &[&str]) -> Result<Value> {
-        let mut full = vec!["ip", "-n", &self.name, "-j"];
-        full.extend_from_slice(args);
-        let out = sh(&full)?;
-        if out.trim().is_empty() {
-            return Ok(json!([]));
-        }
-        Ok(serde_json::from_str(&out)?)
-    }
-
-    /// `ip -n <ns> <args>`.
-    pub fn ip(&self, args: &[&str]) -> Result<String> {
-        let mut full = vec!["ip", "-n", &self.name];
-        full.extend_from_slice(args);
-        sh(&full)
-    }
-
-    /// Deletes it now (for "DEL with the netns gone").
-    pub fn delete(&self) -> Result<()> {
-        sh(&["ip", "netns", "del", &self.name]).map(|_| ())
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
+// The generic namespace helpers are the workspace's one copy; `sh` is the
+// name these tests have always used for `run`. Each target including this
+// module (the tests, the bench) uses its own subset.
+#[allow(unused_imports)]
+pub use brindle_tests::netns::{Netns, run as sh, unique};
 
 /// A fresh "host" netns for the plugin to run in, with a stand-in uplink
 /// (`up0`, MTU `uplink_mtu`) holding the default route, so the tests never
