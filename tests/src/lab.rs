@@ -59,6 +59,10 @@ const REFERENCE_PLUGINS: &str = "/usr/lib/cni";
 /// as a zombie while the caller (a test) keeps running.
 static CHILDREN: Mutex<Vec<Child>> = Mutex::new(Vec::new());
 
+/// Held for the whole of [`run`]: two labs in one process (two tests of
+/// one test binary run on parallel threads) would share every name.
+static RUNNING: Mutex<()> = Mutex::new(());
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct LabConfig {
@@ -386,6 +390,9 @@ fn step(name: &str) {
 /// Runs the whole lab; tears it down at the end unless `keep`.
 pub fn run(cfg: &LabConfig) -> Result<LabReport> {
     cfg.check()?;
+    let _one_lab_per_process = RUNNING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(owner) = running_owner() {
         // A lab whose run is still going (another shell, another test):
         // tearing it down would fail that run for no reason of its own.

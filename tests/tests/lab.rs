@@ -50,6 +50,16 @@ fn run_and_check_nothing_is_left(cfg: &LabConfig) -> lab::LabReport {
         })
         .unwrap_or_default();
     assert_eq!(pins, Vec::<String>::new());
+    // The chained tuning plugin keeps a file per attachment until its DEL.
+    let tuning: Vec<String> = std::fs::read_dir("/run/cni/tuning")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(lab::PREFIX))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(tuning, Vec::<String>::new());
     let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
     let ps = String::from_utf8_lossy(&ps.stdout);
     assert!(
@@ -59,16 +69,46 @@ fn run_and_check_nothing_is_left(cfg: &LabConfig) -> lab::LabReport {
     report
 }
 
-/// One test, so the two runs never overlap (they share the lab's names).
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn three_nodes_two_pods_all_pairs_ping_then_nothing_is_left() {
-    // IPIP across the router: node 3 on the second subnet.
+    // IPIP, every node on one subnet.
     let cfg = LabConfig {
+        subnets: 1,
         throughput_secs: 0,
         ..LabConfig::new(bin_dir())
     };
     let report = run_and_check_nothing_is_left(&cfg);
     assert_eq!(report.paths.len(), 6, "{report:?}");
     assert!(report.paths.iter().all(|p| p.kind == "ipip"), "{report:?}");
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn cross_subnet_is_native_on_one_subnet_and_ipip_across_the_router() {
+    // Nodes 1 and 2 on 10.99.0.0/24, node 3 on 10.99.1.0/24.
+    let cfg = LabConfig {
+        encap: "cross-subnet".into(),
+        subnets: 2,
+        throughput_secs: 0,
+        ..LabConfig::new(bin_dir())
+    };
+    let report = run_and_check_nothing_is_left(&cfg);
+    let kinds: Vec<(u8, u8, &str)> = report
+        .paths
+        .iter()
+        .map(|p| (p.from, p.to, p.kind.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (1, 2, "native"),
+            (1, 3, "ipip"),
+            (2, 1, "native"),
+            (2, 3, "ipip"),
+            (3, 1, "ipip"),
+            (3, 2, "ipip"),
+        ],
+        "{report:?}"
+    );
 }
