@@ -8,10 +8,15 @@
 //! `target/release` of the workspace.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use brindle_perf::control::{bgp, cni_runs};
 use brindle_perf::topo;
+
+/// One test at a time: each ends by checking that this process left no
+/// namespace, which another test's live ones would fail.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn bin_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("BRINDLE_BIN_DIR") {
@@ -26,6 +31,7 @@ fn bin_dir() -> PathBuf {
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn five_pods_are_counted_addressed_and_removed_for_both_plugins() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let runs = cni_runs(&bin_dir(), Path::new("/usr/lib/cni"), 5, 2).expect("CNI runs");
     let labels: Vec<(&str, usize)> = runs
         .iter()
@@ -62,6 +68,7 @@ fn five_pods_are_counted_addressed_and_removed_for_both_plugins() {
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn every_route_gobgp_announces_is_counted_in_the_fib() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let run = bgp::learn(&bin_dir(), 10_000, Duration::from_secs(240), &mut |l| {
         eprintln!("{l}")
     })

@@ -326,9 +326,9 @@ pub fn diagnose(bgp: &[LearnRun], probe: Option<&ProbeRun>) -> Vec<String> {
             && r.rate_by_tenth.len() > 1
         {
             out.push(format!(
-                "{} routes: {first:.0} routes/s into the FIB over the first tenth, {last:.0} over the last reached ({} tenths)",
+                "{} routes: {first:.0} routes/s into the FIB over the first tenth of the {} that reached it, {last:.0} over the last",
                 r.routes_requested,
-                r.rate_by_tenth.len()
+                r.routes_in_fib
             ));
         }
     }
