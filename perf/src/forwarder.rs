@@ -199,16 +199,16 @@ impl Forwarder {
                 let neighbor = format!("10.201.2.2={}", router.sink_mac);
                 // `ip netns exec` execs the binary: the child's pid is the
                 // vrouter's, whose /proc/<pid>/stat covers every worker.
-                let mut child = Command::new("ip")
+                let mut command = Command::new("ip");
+                command
                     .args(["netns", "exec", &router.ns])
                     .arg(binary)
                     .args(["run", "--port", &router.ingress, "--port", &router.egress])
                     .args(["--route", &route, "--neighbor", &neighbor])
                     .args(["--cpu", &cpu_list(cpus)])
                     .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .map_err(|_| TrafficError::Thread("brindle-vrouter"))?;
+                    .stdout(Stdio::piped());
+                let mut child = spawn_with_signals(command)?;
                 let stdout = child
                     .stdout
                     .take()
@@ -250,6 +250,30 @@ impl Forwarder {
             }
         }
     }
+}
+
+/// Spawns `command` from a short-lived thread that has SIGINT and SIGTERM
+/// unblocked. Every thread of this process blocks them (the Ctrl-C
+/// watcher waits for them), and a child inherits its parent thread's
+/// signal mask through exec: the vrouter would never see the SIGTERM that
+/// asks it to stop and print its counters. (A Ctrl-C landing in this
+/// thread's few microseconds ends the process without cleanup; the
+/// watcher's fallback is the same.)
+fn spawn_with_signals(mut command: Command) -> Result<Child, TrafficError> {
+    std::thread::spawn(move || {
+        let mut set = nix::sys::signal::SigSet::empty();
+        set.add(nix::sys::signal::Signal::SIGINT);
+        set.add(nix::sys::signal::Signal::SIGTERM);
+        set.thread_unblock()?;
+        let child = command
+            .spawn()
+            .map_err(|_| TrafficError::Thread("brindle-vrouter"));
+        // Block them again before this thread ends, in case it lingers.
+        let _ = set.thread_block();
+        child
+    })
+    .join()
+    .map_err(|_| TrafficError::Thread("brindle-vrouter spawner"))?
 }
 
 /// `0,1`.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use brindle_perf::frame::FrameSize;
 use brindle_perf::report::{ScenarioResult, Status, TrialKind};
-use brindle_perf::runner::{RunOptions, Scenario, run_scenario};
+use brindle_perf::runner::{RunOptions, Scenario, run_scenario, run_scenario_with};
 use brindle_perf::selftest;
 use brindle_perf::traffic::{GeneratorKind, Rate};
 use nix::sys::signal::{Signal, kill};
@@ -223,4 +223,51 @@ fn ctrl_c_during_a_run_removes_every_namespace() {
     };
     assert!(!status.success(), "an interrupted run reports failure");
     assert_eq!(namespaces_of(child.id()), Vec::<String>::new());
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn two_workers_spread_over_two_queues_and_the_sink_counts_every_frame() {
+    let options = RunOptions {
+        sizes: vec![FrameSize::Fixed(64), FrameSize::Imix],
+        duration: Duration::from_millis(500),
+        flows: 4,
+        rate: Rate::Pps(4_000.0),
+        latency_fraction: None,
+        workers: vec![2],
+        ..RunOptions::default()
+    };
+    // No router: two generator threads (CPUs 0 and 1, TX queues 0 and 1)
+    // into a two-queue veth, one sink socket per queue.
+    let r = run_scenario_with(Scenario::Generator, 2, &options, &[], &mut |_| {});
+    assert!(matches!(r.status, Status::Ran), "{:?}", r.status);
+    assert_eq!(r.workers, 2);
+    for size in ["64", "imix"] {
+        let t = r.throughput(size).unwrap();
+        assert_eq!(t.workers, 2);
+        assert_eq!(t.generator, "afxdp");
+        assert!(t.sent > 500, "{size}: sent {}", t.sent);
+        assert_eq!(t.received, t.sent, "{size}: every frame of both threads");
+        assert_eq!(t.reordered, 0, "{size}: order holds within each flow");
+    }
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("2 RX queue(s)") && n.contains("CPU(s) [1, 0]")),
+        "{:?}",
+        r.notes
+    );
+    // The kernel with one NAPI thread per queue forwards both threads'
+    // flows; its 2-worker latency reference would be its own run.
+    let k = run_scenario_with(Scenario::Kernel, 2, &options, &[], &mut |_| {});
+    assert!(matches!(k.status, Status::Ran), "{:?}", k.status);
+    let t = k.throughput("64").unwrap();
+    assert!(
+        t.received * 100 >= t.sent * 95,
+        "{} of {}",
+        t.received,
+        t.sent
+    );
+    assert!(t.napi_cpu_s > 0.0);
+    assert!(brindle_perf::topo::none_left());
 }
