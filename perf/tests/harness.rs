@@ -14,6 +14,15 @@ use brindle_perf::traffic::{GeneratorKind, Rate};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// The root tests pin generator and forwarding threads to the same two
+/// CPUs: run concurrently they would measure each other. One at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    // A failed test poisons the lock; the next one still runs.
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Namespaces of process `pid`: `bp<role><pid>x<n>`.
 fn namespaces_of(pid: u32) -> Vec<String> {
     let out = Command::new("ip")
@@ -38,12 +47,14 @@ fn namespaces_of(pid: u32) -> Vec<String> {
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn the_sink_counts_exactly_what_the_live_generator_sent_on_a_plain_veth() {
+    let _serial = one_at_a_time();
     exact_count(GeneratorKind::Live);
 }
 
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn the_sink_counts_exactly_what_the_afxdp_generator_sent_on_a_plain_veth() {
+    let _serial = one_at_a_time();
     exact_count(GeneratorKind::Afxdp);
 }
 
@@ -70,6 +81,7 @@ fn exact_count(kind: GeneratorKind) {
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn frames_dropped_on_purpose_for_one_flow_are_counted_as_lost() {
+    let _serial = one_at_a_time();
     let (checks, sent, seen) = selftest::loss_of_one_dropped_flow_is_counted().unwrap();
     for c in &checks {
         assert!(c.passed, "{}: {}", c.name, c.detail);
@@ -83,6 +95,7 @@ fn frames_dropped_on_purpose_for_one_flow_are_counted_as_lost() {
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
+    let _serial = one_at_a_time();
     let options = RunOptions {
         sizes: vec![FrameSize::Fixed(64)],
         duration: Duration::from_millis(400),
@@ -176,6 +189,7 @@ fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn ctrl_c_during_a_run_removes_every_namespace() {
+    let _serial = one_at_a_time();
     let mut child = Command::new(env!("CARGO_BIN_EXE_brindle-perf"))
         .args([
             "run",
@@ -228,6 +242,7 @@ fn ctrl_c_during_a_run_removes_every_namespace() {
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn two_workers_spread_over_two_queues_and_the_sink_counts_every_frame() {
+    let _serial = one_at_a_time();
     let options = RunOptions {
         sizes: vec![FrameSize::Fixed(64), FrameSize::Imix],
         duration: Duration::from_millis(500),
