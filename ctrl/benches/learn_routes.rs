@@ -4,75 +4,27 @@
 //! out of the RIB as a `RouteChange` and been put into a map standing in
 //! for the FIB. Needs root (network namespaces); run with
 //! `cargo bench -p brindle-ctrl --bench learn_routes [-- 100000 1000000]`.
+//!
+//! The MRT writer is `perf/src/control/mrt.rs`, included by path: one copy
+//! for this benchmark and `brindle-perf control` (which measures the same
+//! learning with the real daemon programming the real vrouter).
 
-#[path = "../tests/common/netns.rs"]
-mod netns;
+#[path = "../tests/common/mod.rs"]
+mod common;
+// The file serves brindle-perf too; its unit tests run there.
+#[allow(dead_code, unused_imports)]
+#[path = "../../perf/src/control/mrt.rs"]
+mod mrt;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use brindle_ctrl::bgp::rib::RouteChange;
 use brindle_ctrl::bgp::speaker::{PeerConfig, SpeakerConfig};
+use common::*;
 use ipnet::IpNet;
-use netns::*;
-
-/// Entries after the table proper: `gobgp mrt inject` loses the tail of
-/// what it streams, so the tail is padding.
-const PADDING: u32 = 5000;
-
-/// The i-th /24: the table from 20.0.0.0 upwards, padding in 100.64.0.0/10.
-fn prefix(i: u32, n: u32) -> [u8; 3] {
-    let a = if i < n {
-        (20u32 << 16) + i
-    } else {
-        (100u32 << 16) + (64 << 8) + (i - n)
-    };
-    [(a >> 16) as u8, (a >> 8) as u8, a as u8]
-}
-
-/// An MRT TABLE_DUMP_V2 file (RFC 6396): a peer index table and one
-/// RIB_IPV4_UNICAST record per prefix.
-fn write_mrt(path: &std::path::Path, n: u32) -> Result<()> {
-    let entries = n + PADDING;
-    fn record(out: &mut Vec<u8>, subtype: u16, body: &[u8]) {
-        out.extend_from_slice(&0u32.to_be_bytes());
-        out.extend_from_slice(&13u16.to_be_bytes());
-        out.extend_from_slice(&subtype.to_be_bytes());
-        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        out.extend_from_slice(body);
-    }
-    let mut out = Vec::with_capacity(n as usize * 48);
-    let mut pit = Vec::new();
-    pit.extend_from_slice(&[10, 0, 0, 1]); // collector
-    pit.extend_from_slice(&0u16.to_be_bytes()); // view name
-    pit.extend_from_slice(&1u16.to_be_bytes());
-    pit.push(0x02); // IPv4 address, 4-octet AS
-    pit.extend_from_slice(&[10, 0, 0, 1]);
-    pit.extend_from_slice(&[10, 0, 0, 1]);
-    pit.extend_from_slice(&65010u32.to_be_bytes());
-    record(&mut out, 1, &pit);
-    // ORIGIN IGP, AS_PATH [65010] (4-octet), NEXT_HOP 10.0.0.1.
-    let attrs: &[u8] = &[
-        0x40, 1, 1, 0, 0x40, 2, 6, 2, 1, 0, 0, 0xfd, 0xf2, 0x40, 3, 4, 10, 0, 0, 1,
-    ];
-    for i in 0..entries {
-        let mut e = Vec::with_capacity(48);
-        e.extend_from_slice(&i.to_be_bytes());
-        e.push(24);
-        e.extend_from_slice(&prefix(i, n));
-        e.extend_from_slice(&1u16.to_be_bytes());
-        e.extend_from_slice(&0u16.to_be_bytes());
-        e.extend_from_slice(&0u32.to_be_bytes());
-        e.extend_from_slice(&(attrs.len() as u16).to_be_bytes());
-        e.extend_from_slice(attrs);
-        record(&mut out, 2, &e);
-    }
-    std::fs::File::create(path)?.write_all(&out)?;
-    Ok(())
-}
 
 fn gobgp_count(ns: &Netns) -> Result<u64> {
     let out = ns.exec(&[
@@ -89,9 +41,8 @@ fn gobgp_count(ns: &Netns) -> Result<u64> {
 }
 
 fn run_one(n: u32) -> Result<()> {
-    let t = tag();
-    let ours = Netns::new(format!("bgpb-{t}-us"))?;
-    let g = Netns::new(format!("bgpb-{t}-gobgp"))?;
+    let ours = Netns::new("bgpbu")?;
+    let g = Netns::new("bgpbg")?;
     link(&ours, "10.0.0.2/24", &g, "10.0.0.1/24")?;
     let dir = tempfile::tempdir()?;
     let conf = dir.path().join("gobgpd.toml");
@@ -102,16 +53,19 @@ fn run_one(n: u32) -> Result<()> {
          [neighbors.transport.config]\n    passive-mode = true\n\
          [[neighbors.afi-safis]]\n  [neighbors.afi-safis.config]\n    afi-safi-name = \"ipv4-unicast\"\n",
     )?;
-    let _gobgpd = g.spawn(&[
-        "gobgpd",
-        "-f",
-        conf.to_str().unwrap(),
-        "--api-hosts",
-        "127.0.0.1:50051",
-        "--pprof-disable",
-    ])?;
-    let mrt = dir.path().join("table.mrt");
-    write_mrt(&mrt, n)?;
+    let _gobgpd = spawn(
+        &g,
+        &[
+            "gobgpd",
+            "-f",
+            conf.to_str().unwrap(),
+            "--api-hosts",
+            "127.0.0.1:50051",
+            "--pprof-disable",
+        ],
+    )?;
+    let mrt_file = dir.path().join("table.mrt");
+    mrt::write_table_dump(&mrt_file, n)?;
     let started = Instant::now();
     for _ in 0..100 {
         if g.exec(&["gobgp", "-p", "50051", "global"]).is_ok() {
@@ -131,7 +85,7 @@ fn run_one(n: u32) -> Result<()> {
             bail!("GoBGP took only {have} of {n} routes");
         }
         let (count, skip) = (
-            (u64::from(n + PADDING) - have).to_string(),
+            (u64::from(n + mrt::PADDING) - have).to_string(),
             have.to_string(),
         );
         g.exec(&[
@@ -143,7 +97,7 @@ fn run_one(n: u32) -> Result<()> {
             "mrt",
             "inject",
             "global",
-            mrt.to_str().unwrap(),
+            mrt_file.to_str().unwrap(),
             &count,
             &skip,
         ])?;
