@@ -332,9 +332,13 @@ fn process_identity(pid: u32) -> Result<String> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // The command name (field 2) may hold spaces: count from its ')'.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let start = after
-        .split_whitespace()
-        .nth(19)
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // A zombie (or dying) process keeps its entry until it is reaped.
+    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        bail!("process {pid} has exited");
+    }
+    let start = fields
+        .get(19)
         .context("/proc/<pid>/stat without a start time")?;
     Ok(format!("{pid} {start}"))
 }
@@ -551,7 +555,7 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
     }
     step("vrouter counters per node (encapsulated, decapsulated, dropped)");
     for n in 1..=cfg.nodes {
-        println!("{}: {}", node_ns(n), counters_line(cfg, n));
+        println!("{}: {}", node_ns(n), counters_line(n));
     }
     summary(cfg, report);
     Ok(())
@@ -1016,59 +1020,68 @@ fn ping_matrix(pods: &[Pod], report: &mut LabReport) {
     println!("{matrix}");
 }
 
-/// The vrouter's tunnel and drop counters on node `n`, summed over its
-/// workers: the proof of which traffic was encapsulated, and why any was
-/// dropped.
-fn counters_line(cfg: &LabConfig, n: u8) -> String {
-    let stats = match brindlectl(cfg, n, &["-o", "json", "vrouter", "stats"])
-        .and_then(|s| Ok(serde_json::from_str::<Value>(&s)?))
-    {
-        Ok(s) => s,
-        Err(e) => return format!("{e:#}"),
+/// The vrouter's forwarding, tunnel and drop counters on node `n`, summed
+/// over its workers, from its Prometheus endpoint: the proof of which
+/// traffic was encapsulated, and of why any was dropped.
+fn counters_line(n: u8) -> String {
+    // `ip netns exec` with bash's /dev/tcp: the endpoint listens on the
+    // node's loopback, which only a process in its namespace reaches.
+    let text = match sh(in_ns(&node_ns(n), "bash").args([
+        "-c",
+        "exec 3<>/dev/tcp/127.0.0.1/9092 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3",
+    ])) {
+        Ok(t) => t,
+        Err(e) => return format!("metrics: {e:#}"),
     };
-    let mut sums: BTreeMap<String, u64> = BTreeMap::new();
-    add_counters(&stats, "", &mut sums);
+    let sums = worker_counters(&text);
     let shown: Vec<String> = sums
         .iter()
-        .filter(|(k, v)| {
-            **v > 0
-                && (k.contains("encap")
-                    || k.contains("decap")
-                    || k.contains("drop")
-                    || k.contains("not_for_us")
-                    || k.contains("no_neighbour"))
-        })
+        .filter(|(_, v)| **v > 0)
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     if shown.is_empty() {
-        "no tunnel or drop counter above zero".into()
+        "every forwarding counter is zero".into()
     } else {
         shown.join(" ")
     }
 }
 
-/// Sums every numeric leaf of `v` by its key path, workers and ports
-/// (array elements) merged.
-fn add_counters(v: &Value, path: &str, sums: &mut BTreeMap<String, u64>) {
-    match v {
-        Value::Object(m) => {
-            for (k, v) in m {
-                let p = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
-                add_counters(v, &p, sums);
-            }
+/// Sums `brindle_vrouter_worker_*_total` samples over the workers, keyed
+/// by the name without prefix and suffix (`encap_ipip`, `forwarded`), drops
+/// by their reason (`drop:no_route`).
+fn worker_counters(metrics: &str) -> BTreeMap<String, u64> {
+    const WANTED: [&str; 6] = [
+        "forwarded",
+        "encap_ipip",
+        "encap_vxlan",
+        "decap_ipip",
+        "decap_vxlan",
+        "drops",
+    ];
+    let mut sums = BTreeMap::new();
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix("brindle_vrouter_worker_") else {
+            continue;
+        };
+        let Some((series, value)) = rest.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+        let name = name.strip_suffix("_total").unwrap_or(name);
+        if !WANTED.contains(&name) {
+            continue;
         }
-        Value::Array(a) => a.iter().for_each(|v| add_counters(v, path, sums)),
-        Value::Number(x) => {
-            if let Some(x) = x.as_u64() {
-                *sums.entry(path.to_owned()).or_default() += x;
-            }
-        }
-        _ => {}
+        let key = match labels.split_once("reason=\"") {
+            Some((_, r)) => format!("drop:{}", r.split('"').next().unwrap_or("?")),
+            None => name.to_owned(),
+        };
+        // Counters are integers; the text format writes them as floats.
+        *sums.entry(key).or_default() += value as u64;
     }
+    sums
 }
 
 fn summary(cfg: &LabConfig, report: &mut LabReport) {
@@ -1241,14 +1254,17 @@ mod tests {
     }
 
     #[test]
-    fn counters_are_summed_over_workers() {
-        let mut sums = BTreeMap::new();
-        add_counters(
-            &json!([{"encap_ipip": 2, "drops": {"not_for_us": 1}}, {"encap_ipip": 3}]),
-            "",
-            &mut sums,
+    fn counters_are_summed_over_workers_and_drops_keyed_by_reason() {
+        let sums = worker_counters(
+            "# HELP brindle_vrouter_worker_encap_ipip_total IPIP\n\
+             brindle_vrouter_worker_encap_ipip_total{worker=\"0\"} 2\n\
+             brindle_vrouter_worker_encap_ipip_total{worker=\"1\"} 3\n\
+             brindle_vrouter_worker_rx_packets_total{worker=\"1\"} 9\n\
+             brindle_vrouter_worker_drops_total{worker=\"1\",reason=\"not_for_us\"} 1\n\
+             brindle_vrouter_port_rx_packets_total{port=\"eth0\",worker=\"0\"} 7\n",
         );
-        assert_eq!(sums["encap_ipip"], 5);
-        assert_eq!(sums["drops.not_for_us"], 1);
+        assert_eq!(sums.get("encap_ipip"), Some(&5));
+        assert_eq!(sums.get("drop:not_for_us"), Some(&1));
+        assert_eq!(sums.len(), 2, "{sums:?}");
     }
 }
