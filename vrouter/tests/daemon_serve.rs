@@ -134,6 +134,11 @@ fn programmed_over_the_socket_it_forwards_pod_to_pod_and_converges_on_sync() -> 
     }
     let stats: Stats = c.call(&VrouterRequest::GetStats)?;
     assert_eq!((stats.ports, stats.routes), (2, 2));
+    if stats.workers.len() >= 2 {
+        // Pods go to the least loaded worker: two pods, two workers, one
+        // each (the ping above crossed workers by hand-off).
+        assert_ne!(status[0].worker, status[1].worker, "{status:?}");
+    }
     // One worker per core of the default "auto"; the pods may sit on
     // different workers, so the totals are what is certain.
     assert!(!stats.workers.is_empty(), "{stats:?}");

@@ -221,6 +221,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn split_parts_are_one_region_and_one_registration() {
+        let umem = Umem::new(UmemConfig {
+            frame_count: 8,
+            ..UmemConfig::default()
+        })
+        .unwrap();
+        let mut parts = umem.split(2);
+        assert_eq!(parts.len(), 2);
+        // What one part writes in its chunk, the other sees at the same
+        // address: one memory, as the kernel sees it.
+        parts[0].as_mut_slice()[2048 + 256] = 0xab;
+        assert_eq!(parts[1].as_slice()[2048 + 256], 0xab);
+        assert_eq!(parts[0].as_slice().len(), parts[1].as_slice().len());
+        assert!(Arc::ptr_eq(
+            &parts[0].handle().registration,
+            &parts[1].handle().registration
+        ));
+    }
+
+    #[test]
     fn default_config_is_eight_mebibytes_and_valid() {
         let c = UmemConfig::default();
         c.validate().unwrap();
