@@ -43,6 +43,9 @@ pub struct LearnRun {
     /// Seconds from starting `brindle-ctrl` (the peer is added at start)
     /// to the session's Established.
     pub start_to_established_s: Option<f64>,
+    /// Seconds from Established until the daemon's Adj-RIB-In held every
+    /// announced route (its `prefixes_in`, polled every 250 ms).
+    pub established_to_all_in_rib_s: Option<f64>,
     /// Seconds from Established to the first learned route in the FIB.
     pub established_to_first_in_fib_s: Option<f64>,
     /// Seconds from Established until the FIB held every route.
@@ -212,14 +215,15 @@ fn metric(text: &str, name: &str) -> Option<f64> {
         .and_then(|l| l.split_whitespace().last()?.parse().ok())
 }
 
-/// The daemon's view of its one peer: (state, updates in).
-fn peer_state(node: &Node) -> Option<(String, u64)> {
+/// The daemon's view of its one peer: (state, updates in, prefixes in).
+fn peer_state(node: &Node) -> Option<(String, u64, u64)> {
     let mut c = Client::connect(node.ctrl_socket(), Duration::from_millis(500)).ok()?;
     let peers: Value = c.call(&json!({"op": "ctrl_bgp_peers"})).ok()?;
     let p = peers.as_array()?.first()?;
     Some((
         p["state"].as_str().unwrap_or("").to_owned(),
         p["updates_in"].as_u64().unwrap_or(0),
+        p["prefixes_in"].as_u64().unwrap_or(0),
     ))
 }
 
@@ -253,6 +257,7 @@ pub fn learn(
     let vsock = node.vrouter_socket();
     let t0 = node.ctrl_started;
     let mut established: Option<f64> = None;
+    let mut all_in_rib: Option<f64> = None;
     let mut samples: Vec<(f64, u64)> = Vec::new();
     let mut updates = 0;
     let mut last_peer_poll = Instant::now() - Duration::from_secs(1);
@@ -270,13 +275,20 @@ pub fn learn(
             samples.push((t0.elapsed().as_secs_f64(), s.routes));
         }
         // The peer's state: often until Established, then now and then.
-        let every = if established.is_some() { 2000 } else { 0 };
+        let every = match (established, all_in_rib) {
+            (None, _) => 0,
+            (Some(_), None) => 250,
+            (Some(_), Some(_)) => 2000,
+        };
         if last_peer_poll.elapsed() >= Duration::from_millis(every) {
             last_peer_poll = Instant::now();
-            if let Some((state, u)) = peer_state(&node) {
+            if let Some((state, u, prefixes)) = peer_state(&node) {
                 updates = u;
                 if state == "Established" && established.is_none() {
                     established = Some(t0.elapsed().as_secs_f64());
+                }
+                if prefixes >= announced && all_in_rib.is_none() {
+                    all_in_rib = Some(t0.elapsed().as_secs_f64());
                 }
             }
         }
@@ -309,7 +321,7 @@ pub fn learn(
     let end = t0.elapsed().as_secs_f64();
     run.ctrl_cpu_s = node.ctrl.as_ref().and_then(|c| task_cpu_s(c.pid() as i32));
     run.vrouter_cpu_s = task_cpu_s(node.vrouter.pid() as i32);
-    if let Some((_, u)) = peer_state(&node) {
+    if let Some((_, u, _)) = peer_state(&node) {
         updates = u;
     }
     run.updates_in = updates;
@@ -328,6 +340,7 @@ pub fn learn(
     run.start_to_all_in_fib_s = all;
     if let Some(e) = established {
         run.established_to_first_in_fib_s = first.map(|f| f - e);
+        run.established_to_all_in_rib_s = all_in_rib.map(|r| r - e);
         run.established_to_all_in_fib_s = all.map(|a| a - e);
         let span = all.unwrap_or(end) - e;
         if span > 0.0 {

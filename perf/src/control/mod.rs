@@ -356,7 +356,7 @@ pub fn table(report: &ControlReport) -> String {
     if !report.cni.is_empty() {
         let _ = writeln!(
             s,
-            "| plugin | parallel | pods | ADD p50 | p90 | p99 | max | ADD pods/s | DEL p50 | p90 | p99 | max | DEL pods/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "| plugin | parallel | pods | ADD p50 | p90 | p99 | max | ADD pods/s | DEL p50 | p90 | p99 | max | DEL pods/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for r in &report.cni {
             let _ = writeln!(
@@ -392,16 +392,18 @@ pub fn table(report: &ControlReport) -> String {
     if !report.bgp.is_empty() {
         let _ = writeln!(
             s,
-            "\n| routes announced | in FIB | complete | start → Established | Established → all in FIB | start → all in FIB | routes/s | UPDATEs | UPDATEs/s | vrouter requests | GoBGP load |\n|---|---|---|---|---|---|---|---|---|---|---|"
+            "\n| routes announced | in FIB | complete | start → Established | Established → all in RIB | Established → first in FIB | Established → all in FIB | start → all in FIB | routes/s | UPDATEs | UPDATEs/s | vrouter requests | GoBGP load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for r in &report.bgp {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} s | {} s | {} s | {:.0} | {} | {:.0} | {} | {:.1} s |",
+                "| {} | {} | {} | {} s | {} s | {} s | {} s | {} s | {:.0} | {} | {:.0} | {} | {:.1} s |",
                 r.routes_announced,
                 r.routes_in_fib,
                 if r.complete { "yes" } else { "no (timeout)" },
                 f(r.start_to_established_s),
+                f(r.established_to_all_in_rib_s),
+                f(r.established_to_first_in_fib_s),
                 f(r.established_to_all_in_fib_s),
                 f(r.start_to_all_in_fib_s),
                 r.routes_per_s,
