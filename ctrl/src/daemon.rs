@@ -457,7 +457,9 @@ pub fn run_with_reload(
         rt.spawn(
             async move {
                 let (ntx, mut nrx) = tokio::sync::mpsc::unbounded_channel();
-                let watcher = tokio::spawn(neighbors::watch(uplink, ntx));
+                let watcher = tokio::spawn(
+                    neighbors::watch(uplink, ntx).instrument(tracing::Span::current()),
+                );
                 while let Some(changes) = nrx.recv().await {
                     if tx.send(Work::Neighbors(changes)).is_err() {
                         break;
