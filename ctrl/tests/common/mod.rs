@@ -2,10 +2,8 @@
 //! (unique names, `Netns` deleted on drop, `run`, `in_netns`) come from
 //! `brindle_tests::netns`; what only BGP tests need (a daemon killed on
 //! drop, a veth between two namespaces, our speaker on a thread inside a
-//! namespace) stays here.
-//!
-//! `netns.rs` beside this file is the old copy, still included by path by
-//! `benches/learn_routes.rs` (another helper's file) until it switches.
+//! namespace) stays here. `benches/learn_routes.rs` includes this file by
+//! path.
 #![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
