@@ -14,7 +14,7 @@ use brindle_xsk::{
 };
 use serde::Serialize;
 
-use crate::topo::{self, RouterPorts};
+use crate::topo::{self, RouterPorts, TwoNodePorts};
 use crate::traffic::{ThreadCpu, TrafficError, bind_with_retry, now_ns, pin};
 
 /// The forwarding between the router's ports.
@@ -39,6 +39,17 @@ pub enum Forwarder {
         binary: PathBuf,
         /// The workers' CPUs (`--cpu 0,1`), one worker each.
         cpus: Vec<usize>,
+    },
+    /// Two brindle vrouters, one per node of the two-node topology,
+    /// carrying the probe over VXLAN (`run --node ... --port ul0=uplink
+    /// --port pod0=pod:ADDR --route BLOCK=vxlan:PEER`), both pinned to
+    /// `cpu` (the kernel's VXLAN path also does both nodes' work on one
+    /// core).
+    BrindleVxlan {
+        /// Path of the brindle-vrouter binary.
+        binary: PathBuf,
+        /// The CPU of both workers.
+        cpu: usize,
     },
 }
 
@@ -128,6 +139,7 @@ impl Forwarder {
             Forwarder::Kernel => "kernel",
             Forwarder::NullXsk { .. } => "null-afxdp",
             Forwarder::Brindle { .. } => "brindle",
+            Forwarder::BrindleVxlan { .. } => "brindle-vxlan",
         }
     }
 
@@ -135,6 +147,11 @@ impl Forwarder {
     pub fn availability(&self) -> Availability {
         match self {
             Forwarder::Kernel | Forwarder::NullXsk { .. } => Availability::Available,
+            Forwarder::BrindleVxlan { binary, cpu } => Forwarder::Brindle {
+                binary: binary.clone(),
+                cpus: vec![*cpu],
+            }
+            .availability(),
             Forwarder::Brindle { binary, cpus } => {
                 let help = Command::new(binary)
                     .args(["run", "--help"])
@@ -190,65 +207,85 @@ impl Forwarder {
                 Ok(RunningForwarder {
                     stop,
                     thread: Some(handle),
-                    child: None,
-                    output: None,
+                    children: Vec::new(),
                 })
             }
             Forwarder::Brindle { binary, cpus } => {
                 let route = format!("10.201.2.0/24={}", router.egress);
                 let neighbor = format!("10.201.2.2={}", router.sink_mac);
-                // `ip netns exec` execs the binary: the child's pid is the
-                // vrouter's, whose /proc/<pid>/stat covers every worker.
-                let mut command = Command::new("ip");
-                command
-                    .args(["netns", "exec", &router.ns])
-                    .arg(binary)
-                    .args(["run", "--port", &router.ingress, "--port", &router.egress])
-                    .args(["--route", &route, "--neighbor", &neighbor])
-                    .args(["--cpu", &cpu_list(cpus)])
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped());
-                let mut child = spawn_with_signals(command)?;
-                let stdout = child
-                    .stdout
-                    .take()
-                    .ok_or(TrafficError::Thread("brindle-vrouter stdout"))?;
-                let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
-                let reader = std::thread::spawn(move || {
-                    use std::io::BufRead;
-                    let mut lines = Vec::new();
-                    for line in std::io::BufReader::new(stdout).lines() {
-                        let Ok(line) = line else { break };
-                        let _ = line_tx.send(line.clone());
-                        lines.push(line);
-                    }
-                    lines
-                });
-                let mut running = RunningForwarder {
-                    stop: Arc::new(AtomicBool::new(false)),
-                    thread: None,
-                    child: Some(child),
-                    output: Some(reader),
-                };
-                // Traffic starts once it says "running" (its sockets and
-                // programs are in place), or after 5 s in any case.
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-                loop {
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    match line_rx.recv_timeout(left) {
-                        Ok(l) if l.starts_with("running") => break,
-                        Ok(_) => {}
-                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
-                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                            // It exited before it ran.
-                            running.stop_child();
-                            return Err(TrafficError::Thread("brindle-vrouter (exited at start)"));
-                        }
-                    }
-                }
+                let args: Vec<String> = [
+                    "run",
+                    "--port",
+                    &router.ingress,
+                    "--port",
+                    &router.egress,
+                    "--route",
+                    &route,
+                    "--neighbor",
+                    &neighbor,
+                    "--cpu",
+                    &cpu_list(cpus),
+                ]
+                .map(str::to_owned)
+                .to_vec();
+                let mut running = RunningForwarder::default();
+                running.start_vrouter(binary, &router.ns, &args)?;
                 Ok(running)
             }
+            Forwarder::BrindleVxlan { .. } => Err(TrafficError::Thread(
+                "brindle-vxlan needs the two-node topology (start_pair)",
+            )),
         }
+    }
+
+    /// Starts brindle-vxlan on both nodes of a two-node topology: node A
+    /// encapsulates the generator's frames towards B's block in VXLAN over
+    /// the underlay, node B decapsulates and delivers them to the sink.
+    pub fn start_pair(&self, nodes: &TwoNodePorts) -> Result<RunningForwarder, TrafficError> {
+        let Forwarder::BrindleVxlan { binary, cpu } = self else {
+            return Err(TrafficError::Thread("start_pair is for brindle-vxlan"));
+        };
+        let mut running = RunningForwarder::default();
+        for (ns, me, peer, peer_mac, pod, pod_mac, remote_block) in [
+            (
+                &nodes.a_ns,
+                "192.168.201.1",
+                "192.168.201.2",
+                nodes.b_ul_mac,
+                "10.201.1.2",
+                nodes.gen_mac,
+                "10.201.2.0/24",
+            ),
+            (
+                &nodes.b_ns,
+                "192.168.201.2",
+                "192.168.201.1",
+                nodes.a_ul_mac,
+                "10.201.2.2",
+                nodes.sink_mac,
+                "10.201.1.0/24",
+            ),
+        ] {
+            let args: Vec<String> = vec![
+                "run".into(),
+                "--node".into(),
+                me.into(),
+                "--port".into(),
+                "ul0=uplink".into(),
+                "--port".into(),
+                format!("pod0=pod:{pod}"),
+                "--route".into(),
+                format!("{remote_block}=vxlan:{peer}"),
+                "--neighbor".into(),
+                format!("{peer}={peer_mac}@ul0"),
+                "--neighbor".into(),
+                format!("{pod}={pod_mac}@pod0"),
+                "--cpu".into(),
+                cpu.to_string(),
+            ];
+            running.start_vrouter(binary, ns, &args)?;
+        }
+        Ok(running)
     }
 }
 
@@ -301,52 +338,130 @@ fn takes_cpu_list(binary: &std::path::Path, cpus: &[usize]) -> bool {
 pub struct RunningForwarder {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<NullForwarderStats, TrafficError>>>,
-    child: Option<Child>,
-    output: Option<JoinHandle<Vec<String>>>,
+    /// brindle-vrouter processes and the threads that read their stdout.
+    children: Vec<(Child, JoinHandle<Vec<String>>)>,
 }
 
 impl RunningForwarder {
-    /// User and system CPU time of a forwarder process so far (brindle).
+    /// User and system CPU time of the forwarder processes so far
+    /// (brindle: every worker of every process).
     pub fn process_cpu(&self) -> Option<ThreadCpu> {
-        crate::report::process_cpu(i32::try_from(self.child.as_ref()?.id()).ok()?)
+        let mut total: Option<ThreadCpu> = None;
+        for (c, _) in &self.children {
+            let t = crate::report::process_cpu(i32::try_from(c.id()).ok()?)?;
+            let sum = total.get_or_insert_with(ThreadCpu::default);
+            sum.user_s += t.user_s;
+            sum.system_s += t.system_s;
+        }
+        total
     }
 
-    /// SIGTERM (a graceful stop: it prints its counters), SIGKILL after 5 s.
-    fn stop_child(&mut self) {
-        let Some(mut c) = self.child.take() else {
-            return;
-        };
-        if let Ok(pid) = i32::try_from(c.id()) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                return;
+    /// Starts `<binary> <args>` in namespace `ns` and returns once it
+    /// prints "running" (its sockets and programs are in place), or after
+    /// 5 s in any case.
+    fn start_vrouter(
+        &mut self,
+        binary: &std::path::Path,
+        ns: &str,
+        args: &[String],
+    ) -> Result<(), TrafficError> {
+        // `ip netns exec` execs the binary: the child's pid is the
+        // vrouter's, whose /proc/<pid>/stat covers every worker.
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", ns])
+            .arg(binary)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        let mut child = spawn_with_signals(command)?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or(TrafficError::Thread("brindle-vrouter stdout"))?;
+        let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut lines = Vec::new();
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = line_tx.send(line.clone());
+                lines.push(line);
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            lines
+        });
+        self.children.push((child, reader));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match line_rx.recv_timeout(left) {
+                Ok(l) if l.starts_with("running") => return Ok(()),
+                Ok(_) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return Ok(()),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(TrafficError::Thread("brindle-vrouter (exited at start)"));
+                }
+            }
         }
-        let _ = c.kill();
-        let _ = c.wait();
     }
 
+    /// Stops every forwarder process; what each printed.
+    fn stop_children(&mut self) -> Vec<Vec<String>> {
+        let children = std::mem::take(&mut self.children);
+        // Signal them all first, so they stop together.
+        for (c, _) in &children {
+            if let Ok(pid) = i32::try_from(c.id()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
+        }
+        children
+            .into_iter()
+            .map(|(c, reader)| {
+                stop_child(c);
+                reader.join().unwrap_or_default()
+            })
+            .collect()
+    }
+}
+
+/// Waits for a process sent SIGTERM; SIGKILL after 5 s.
+fn stop_child(mut c: Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+impl RunningForwarder {
     /// Stops it; the forwarder's counters (null forwarder: its own; brindle:
     /// from its "stopped:" line, CPU filled in by the caller).
     pub fn finish(mut self) -> Result<Option<NullForwarderStats>, TrafficError> {
         self.stop.store(true, Ordering::Relaxed);
-        if self.child.is_some() {
-            self.stop_child();
-            let lines = self
-                .output
-                .take()
-                .and_then(|h| h.join().ok())
-                .unwrap_or_default();
-            return Ok(Some(
-                NullForwarderStats::from_vrouter_output(&lines).unwrap_or_default(),
-            ));
+        if !self.children.is_empty() {
+            // Several processes (one per node): their counters summed.
+            let mut total = NullForwarderStats::default();
+            for lines in self.stop_children() {
+                let s = NullForwarderStats::from_vrouter_output(&lines).unwrap_or_default();
+                total.forwarded += s.forwarded;
+                total.dropped += s.dropped;
+                for (sum, part) in [
+                    (&mut total.busy_polls, s.busy_polls),
+                    (&mut total.idle_polls, s.idle_polls),
+                ] {
+                    if let Some(p) = part {
+                        *sum.get_or_insert(0) += p;
+                    }
+                }
+            }
+            return Ok(Some(total));
         }
         match self.thread.take() {
             Some(h) => Ok(Some(
@@ -360,10 +475,7 @@ impl RunningForwarder {
 impl Drop for RunningForwarder {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        self.stop_child();
-        if let Some(h) = self.output.take() {
-            let _ = h.join();
-        }
+        self.stop_children();
         if let Some(h) = self.thread.take() {
             let _ = h.join();
         }

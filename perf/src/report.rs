@@ -360,7 +360,9 @@ pub struct Report {
 }
 
 /// The ratios the issue asks for, where both sides ran.
-pub const RATIO_PAIRS: [(&str, &str); 10] = [
+pub const RATIO_PAIRS: [(&str, &str); 12] = [
+    ("brindle-vxlan", "kernel-vxlan"),
+    ("brindle-vxlan", "brindle"),
     ("null-afxdp", "kernel"),
     ("kernel-calico", "kernel"),
     ("null-afxdp", "kernel-vxlan"),

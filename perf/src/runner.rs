@@ -48,13 +48,16 @@ pub enum Scenario {
     KernelNative,
     /// The router's forwarding done by the null AF_XDP forwarder.
     NullAfxdp,
-    /// The router's forwarding done by brindle-vrouter (hook).
+    /// The router's forwarding done by brindle-vrouter.
     Brindle,
+    /// The two nodes' forwarding done by one brindle-vrouter each, over
+    /// VXLAN: the comparison for kernel-vxlan.
+    BrindleVxlan,
 }
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::Generator,
         Scenario::GeneratorAfxdp,
         Scenario::Kernel,
@@ -64,6 +67,7 @@ impl Scenario {
         Scenario::KernelNative,
         Scenario::NullAfxdp,
         Scenario::Brindle,
+        Scenario::BrindleVxlan,
     ];
 
     /// Its name in tables and JSON.
@@ -78,6 +82,7 @@ impl Scenario {
             Scenario::KernelNative => "kernel-native",
             Scenario::NullAfxdp => "null-afxdp",
             Scenario::Brindle => "brindle",
+            Scenario::BrindleVxlan => "brindle-vxlan",
         }
     }
 
@@ -109,6 +114,9 @@ impl Scenario {
                 "null AF_XDP forwarder (MAC + TTL rewrite, shared UMEM, one pinned core): the copy-mode ceiling on veth"
             }
             Scenario::Brindle => "brindle-vrouter in static `run` mode between the router's veths",
+            Scenario::BrindleVxlan => {
+                "two nodes, a brindle-vrouter on each: VXLAN encapsulation on A, decapsulation on B"
+            }
         }
     }
 
@@ -129,7 +137,7 @@ impl Scenario {
             Scenario::Generator | Scenario::GeneratorAfxdp => Shape::Direct,
             Scenario::KernelVxlan => Shape::TwoNode(Underlay::Vxlan),
             Scenario::KernelIpip => Shape::TwoNode(Underlay::Ipip),
-            Scenario::KernelNative => Shape::TwoNode(Underlay::Native),
+            Scenario::KernelNative | Scenario::BrindleVxlan => Shape::TwoNode(Underlay::Native),
             _ => Shape::Routed,
         }
     }
@@ -289,9 +297,10 @@ pub fn run_trial(
         frames: 2048,
         queues: topology.queues,
     })?;
-    let running = match &topology.router {
-        Some(ports) => prepared.forwarder.start(ports)?,
-        None => Default::default(),
+    let running = match (&prepared.forwarder, &topology.router, &topology.two_node) {
+        (Forwarder::BrindleVxlan { .. }, _, Some(nodes)) => prepared.forwarder.start_pair(nodes)?,
+        (Forwarder::BrindleVxlan { .. }, _, None) | (_, None, _) => Default::default(),
+        (_, Some(ports), _) => prepared.forwarder.start(ports)?,
     };
     let napi_cpu = |pids: &[i32]| pids.iter().filter_map(|&p| task_cpu_s(p)).sum::<f64>();
     let napi_before = napi_cpu(&prepared.napi_threads);
@@ -508,8 +517,19 @@ fn prepare(
             binary: options.brindle_binary.clone(),
             cpus: placement.fwd_cpus.clone(),
         },
+        Scenario::BrindleVxlan => Forwarder::BrindleVxlan {
+            binary: options.brindle_binary.clone(),
+            cpu: options.fwd_cpu,
+        },
         _ => Forwarder::Kernel,
     };
+    if matches!(forwarder, Forwarder::BrindleVxlan { .. }) {
+        // Only the vrouters forward (the kernel's routes via the underlay
+        // stay, as on a node where the vrouter took over).
+        for n in &topology.nodes {
+            n.sysctl(&["net.ipv4.ip_forward=0"])?;
+        }
+    }
     if let (Forwarder::NullXsk { .. } | Forwarder::Brindle { .. }, Some(router)) =
         (&forwarder, topology.first_node())
     {
@@ -584,7 +604,7 @@ pub fn run_scenario_with(
         zero_loss_pps: Vec::new(),
         notes: Vec::new(),
     };
-    if scenario == Scenario::Brindle {
+    if matches!(scenario, Scenario::Brindle | Scenario::BrindleVxlan) {
         let f = Forwarder::Brindle {
             binary: options.brindle_binary.clone(),
             cpus: Placement::new(options, workers, online_cpus()).fwd_cpus,

@@ -286,6 +286,23 @@ pub struct RouterPorts {
     pub sink_mac: MacAddr,
 }
 
+/// The two-node shape's facts for forwarders that take over both nodes.
+#[derive(Clone, Debug)]
+pub struct TwoNodePorts {
+    /// Node A's namespace (`pod0` faces the generator, `ul0` node B).
+    pub a_ns: String,
+    /// Node B's namespace (`ul0` faces node A, `pod0` the sink).
+    pub b_ns: String,
+    /// MAC of node A's `ul0`.
+    pub a_ul_mac: MacAddr,
+    /// MAC of node B's `ul0`.
+    pub b_ul_mac: MacAddr,
+    /// The generator's MAC (the pod on node A).
+    pub gen_mac: MacAddr,
+    /// The sink's MAC (the pod on node B).
+    pub sink_mac: MacAddr,
+}
+
 /// How node A reaches node B's pod block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Underlay {
@@ -322,6 +339,8 @@ pub struct Topology {
     pub next_hop_mac: MacAddr,
     /// The router, in the routed shape.
     pub router: Option<RouterPorts>,
+    /// Both nodes, in the two-node shape.
+    pub two_node: Option<TwoNodePorts>,
     /// The first interface that receives the generator's frames, as
     /// (namespace, interface): where the measured receive work starts.
     pub first_rx: (String, String),
@@ -424,6 +443,7 @@ impl Topology {
         let sink_if = "sink0";
         let mut nodes = Vec::new();
         let mut first_rx = (sink_ns.name.clone(), sink_if.to_owned());
+        let mut two_node = None;
         let (next_hop_mac, router) = match shape {
             Shape::Direct => {
                 veth(
@@ -663,6 +683,14 @@ impl Topology {
                     "permanent",
                 ])?;
                 first_rx = (a.name.clone(), "pod0".to_owned());
+                two_node = Some(TwoNodePorts {
+                    a_ns: a.name.clone(),
+                    b_ns: b.name.clone(),
+                    a_ul_mac: a_ul,
+                    b_ul_mac: b_ul,
+                    gen_mac,
+                    sink_mac,
+                });
                 nodes.push(a);
                 nodes.push(b);
                 (a_in, None)
@@ -694,6 +722,7 @@ impl Topology {
             },
             next_hop_mac,
             router,
+            two_node,
             first_rx,
             nodes,
             queues,

@@ -98,13 +98,14 @@ fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
     let _serial = one_at_a_time();
     let options = RunOptions {
         sizes: vec![FrameSize::Fixed(64)],
-        duration: Duration::from_millis(400),
+        duration: Duration::from_millis(600),
         flows: 4,
         // A low fixed rate: the test checks the plumbing, not the speed.
         // The live generator's frames have no back-pressure at the first
-        // hop's 256-slot veth ring: at 10 kpps its NAPI thread may stall for
-        // 25 ms (a loaded shared machine) before a frame is lost.
-        rate: Rate::Pps(10_000.0),
+        // hop's 256-slot veth ring: at 3 kpps its NAPI thread may stall for
+        // 85 ms (a loaded shared machine: load 10 on 2 cores lost half the
+        // frames at 10 kpps) before a frame is lost.
+        rate: Rate::Pps(3_000.0),
         latency_fraction: Some(0.5),
         brindle_binary: "/nonexistent/brindle-vrouter".into(),
         ..RunOptions::default()
@@ -112,7 +113,7 @@ fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
     let mut done: Vec<ScenarioResult> = Vec::new();
     for scenario in Scenario::ALL {
         let r = run_scenario(scenario, &options, &done, &mut |_| {});
-        if scenario == Scenario::Brindle {
+        if matches!(scenario, Scenario::Brindle | Scenario::BrindleVxlan) {
             assert!(
                 matches!(r.status, Status::NotAvailable(_)),
                 "{:?}",
@@ -136,8 +137,8 @@ fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
         );
         let t = r.throughput("64").unwrap();
         assert_eq!(t.kind, TrialKind::Throughput);
-        assert!(t.sent > 1000, "{}: sent {}", r.scenario, t.sent);
-        // At 10 kpps nothing on this path should lose more than a few frames.
+        assert!(t.sent > 900, "{}: sent {}", r.scenario, t.sent);
+        // At 3 kpps nothing on this path should lose more than a few frames.
         assert!(
             t.received * 100 >= t.sent * 95,
             "{}: {} of {}",
@@ -283,6 +284,23 @@ fn two_workers_spread_over_two_queues_and_the_sink_counts_every_frame() {
         t.received,
         t.sent
     );
-    assert!(t.napi_cpu_s > 0.0);
+    // One NAPI thread per queue (CPU time in 10 ms ticks is too coarse
+    // for this short trial: count the threads instead).
+    let napi = k
+        .notes
+        .iter()
+        .find(|n| n.contains("NAPI thread(s)"))
+        .unwrap();
+    assert!(napi.contains("2 RX queue(s)"), "{napi}");
+    assert_eq!(
+        napi.split_once("NAPI thread(s) [").map(|(_, rest)| rest
+            .split(']')
+            .next()
+            .unwrap_or("")
+            .split(',')
+            .count()),
+        Some(2),
+        "{napi}"
+    );
     assert!(brindle_perf::topo::none_left());
 }
