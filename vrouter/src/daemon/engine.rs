@@ -311,8 +311,10 @@ fn snapshot(worker: &Worker, stats: &Stats) -> WorkerSnapshot {
 /// Polls until `stop`; applies commands between polls. Adaptive: spin while
 /// frames arrive, then sleep between polls (10 µs doubling to 1 ms) after
 /// a run of empty ones; the ports' `poll` wakes the kernel only when it asks
-/// (need_wakeup), so an idle worker costs near-zero CPU. Interrupt: after
-/// the same run of empty polls, block in poll(2) on the ports' sockets.
+/// (need_wakeup), so an idle worker costs near-zero CPU. Interrupt and
+/// busy-poll: after the same run of empty polls, block in poll(2) on the
+/// ports' sockets and the worker's mailbox (another worker handing a frame
+/// over wakes it). Returns the counters as they were when it stopped.
 pub fn poll_loop(
     worker: &mut Worker,
     commands: &Receiver<WorkerCmd>,

@@ -55,7 +55,10 @@ impl Mailbox {
     }
 
     fn wake(&self) {
-        if self.sleeping.load(Ordering::Acquire) {
+        // SeqCst with the store in `set_sleeping`: either this load sees
+        // the sleeper's flag, or the sleeper's mailbox check (after its
+        // store) sees the frame pushed before this load.
+        if self.sleeping.load(Ordering::SeqCst) {
             // A full socket buffer already means a pending wake-up.
             let _ = self.wake_tx.send(&[1]);
         }
@@ -239,7 +242,7 @@ impl FrameHome {
     pub fn set_sleeping(&self, sleeping: bool) {
         self.homes.mailboxes[self.me]
             .sleeping
-            .store(sleeping, Ordering::Release);
+            .store(sleeping, Ordering::SeqCst);
         if !sleeping {
             let mut buf = [0u8; 16];
             while self.homes.mailboxes[self.me].wake_rx.recv(&mut buf).is_ok() {}

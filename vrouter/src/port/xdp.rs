@@ -568,6 +568,15 @@ impl Port for XdpPort {
             napi_restore,
             ..
         } = *self;
+        // The kernel's own drops, which the pipeline's counters cannot see.
+        for q in &queues {
+            if let Ok(st) = q.socket.stats()
+                && (st.rx_dropped | st.rx_invalid_descs | st.tx_invalid_descs | st.rx_ring_full)
+                    != 0
+            {
+                tracing::warn!(port = %name, queue = q.socket.queue(), ?st, "kernel AF_XDP drops");
+            }
+        }
         // Detach first so the kernel passes the interface's traffic, then
         // close: after that the kernel holds none of the sockets' frames.
         if let Some(a) = attachment
