@@ -188,6 +188,11 @@ pub struct NodeConfig {
     /// The underlay subnet, for cross-subnet decisions.
     #[serde(default)]
     pub underlay_subnet: Option<IpNet>,
+    /// The underlay router that reaches node addresses outside
+    /// `underlay_subnet` (the uplink's default gateway): the next hop of
+    /// tunnels to such nodes. `None`: every node is taken as on-link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub underlay_gateway: Option<Ipv4Addr>,
     /// VXLAN settings.
     #[serde(default)]
     pub vxlan: VxlanConfig,

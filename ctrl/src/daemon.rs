@@ -71,6 +71,7 @@ fn node_config(v: &Validated, tunnel_peers: Vec<Ipv4Addr>) -> NodeConfig {
         address_v4: Some(v.node_address),
         address_v6: None,
         underlay_subnet: v.underlay_subnet,
+        underlay_gateway: None,
         vxlan: VxlanConfig::default(),
         tunnel_peers,
     }

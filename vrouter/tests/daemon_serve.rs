@@ -233,6 +233,7 @@ fn program_node(
         address_v4: Some(me.parse()?),
         address_v6: None,
         underlay_subnet: Some("192.168.78.0/24".parse()?),
+        underlay_gateway: None,
         vxlan: VxlanConfig::default(),
         tunnel_peers: vec![remote.parse()?],
     };
