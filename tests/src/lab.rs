@@ -534,9 +534,18 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
             .iter()
             .find(|p| p.node == 2)
             .context("no pod on node 2")?;
-        match throughput(from, to, cfg.throughput_secs) {
-            Ok(m) => report.mbit_per_s = Some(m),
-            Err(e) => report.failed_step = Some(format!("throughput: {e:#}")),
+        let pinged = !report
+            .failed_pairs
+            .iter()
+            .any(|p| p.starts_with(&format!("{} (", from.name)) && p.contains(&to.ip.to_string()));
+        if !pinged {
+            // The ping failure already says what is wrong.
+            println!("not run: {} does not answer {}", to.name, from.name);
+        } else {
+            match throughput(from, to, cfg.throughput_secs) {
+                Ok(m) => report.mbit_per_s = Some(m),
+                Err(e) => report.failed_step = Some(format!("throughput: {e:#}")),
+            }
         }
     }
 
@@ -1121,18 +1130,20 @@ fn summary(cfg: &LabConfig, report: &mut LabReport) {
     for w in &wrong {
         println!("WRONG path {w}");
     }
+    // What failed, the connectivity first: it explains the rest.
+    let mut failures = Vec::new();
     if report.pairs_ok != report.pairs_total {
-        report.failed_step.get_or_insert_with(|| {
-            format!(
-                "ping: {} of {} pairs answered (the FAIL lines name the others)",
-                report.pairs_ok, report.pairs_total
-            )
-        });
+        failures.push(format!(
+            "ping: {} of {} pairs answered (the FAIL lines name the others)",
+            report.pairs_ok, report.pairs_total
+        ));
     }
     if !wrong.is_empty() {
-        report
-            .failed_step
-            .get_or_insert_with(|| format!("paths: {}", wrong.join(", ")));
+        failures.push(format!("paths: {}", wrong.join(", ")));
+    }
+    failures.extend(report.failed_step.take());
+    if !failures.is_empty() {
+        report.failed_step = Some(failures.join("; "));
     }
 }
 
