@@ -247,6 +247,7 @@ impl Control {
         if let Some(IpNet::V4(subnet)) = node.underlay_subnet {
             cfg.underlay_prefix_len = subnet.prefix_len();
         }
+        cfg.underlay_gateway = node.underlay_gateway;
         cfg.vxlan_vni = node.vxlan.vni;
         cfg.vxlan_port = node.vxlan.port;
         cfg.vxlan_udp_checksum = if node.vxlan.udp_checksum {
@@ -578,8 +579,12 @@ impl Control {
         Ok(changed)
     }
 
-    /// The steering programs send to the vrouter what is routed to pods and
-    /// tunnels: keep the pod-prefix map equal to those IPv4 prefixes.
+    /// The steering programs send to the vrouter what is routed to pods,
+    /// tunnels and natively routed remote blocks (gateway routes): keep the
+    /// pod-prefix map equal to those IPv4 prefixes. Without the gateway
+    /// routes a pod's frame to a remote block would go to the node's kernel,
+    /// which has no pod routes and sends it to its default route. A default
+    /// route stays out: it would pull every frame of every pod in.
     fn refresh_steering(&mut self) -> Result<(), RemoteError> {
         let Some(s) = &self.steering else {
             return Ok(());
@@ -587,11 +592,10 @@ impl Control {
         let want: BTreeSet<(Ipv4Addr, u8)> = self
             .routes
             .iter()
-            .filter(|(_, t)| {
-                matches!(
-                    t,
-                    api::RouteTarget::Local { .. } | api::RouteTarget::Encap { .. }
-                )
+            .filter(|(p, t)| match t {
+                api::RouteTarget::Local { .. } | api::RouteTarget::Encap { .. } => true,
+                api::RouteTarget::Gateway { .. } => p.prefix_len() > 0,
+                _ => false,
             })
             .filter_map(|(p, _)| match p {
                 IpNet::V4(n) => Some((n.network(), n.prefix_len())),
@@ -682,8 +686,9 @@ impl Control {
     }
 
     /// Hands the worker the kernel's entries for the underlay next hops the
-    /// routes need on uplink ports (tunnel remotes on the node's subnet,
-    /// gateways), and makes the kernel resolve those it lacks. Neighbours set
+    /// routes need on uplink ports (tunnel remotes on the node's subnet, the
+    /// underlay gateway for those beyond it, gateways), and makes the kernel
+    /// resolve those it lacks. Neighbours set
     /// over the API are left alone. Called periodically by the daemon.
     pub fn learn_neighbors(&mut self) {
         let uplinks: BTreeMap<&str, PortId> = self
@@ -700,6 +705,9 @@ impl Control {
             let hop = match t {
                 api::RouteTarget::Encap { remote, .. } if self.pipeline.on_link(*remote) => {
                     Some((first_uplink, *remote))
+                }
+                api::RouteTarget::Encap { .. } => {
+                    self.pipeline.underlay_gateway.map(|gw| (first_uplink, gw))
                 }
                 api::RouteTarget::Gateway {
                     via: IpAddr::V4(via),
