@@ -84,6 +84,10 @@ pub struct VrouterSection {
     /// the interface holding `node_address`, if any (else none known, so
     /// cross-subnet pools always encapsulate).
     pub underlay_subnet: String,
+    /// The underlay router through which tunnels reach nodes outside the
+    /// underlay subnet; empty: the gateway of the uplink's default route in
+    /// the kernel's main table, followed as it changes.
+    pub underlay_gateway: String,
 }
 
 /// `[metrics]`.
@@ -259,6 +263,7 @@ impl Default for VrouterSection {
             socket: brindle_api::VROUTER_SOCKET.into(),
             uplink: String::new(),
             underlay_subnet: String::new(),
+            underlay_gateway: String::new(),
         }
     }
 }
@@ -331,6 +336,8 @@ pub struct Validated {
     pub default_pool: IpNet,
     /// Underlay subnet, if configured.
     pub underlay_subnet: Option<IpNet>,
+    /// Underlay gateway, if configured (else learned from the kernel).
+    pub underlay_gateway: Option<Ipv4Addr>,
     /// Cluster ID, if configured.
     pub cluster_id: Option<Ipv4Addr>,
     /// Service cluster, external and load-balancer prefixes, announced by
@@ -588,6 +595,16 @@ impl Config {
                 ))
             })?)
         };
+        let underlay_gateway = if self.vrouter.underlay_gateway.is_empty() {
+            None
+        } else {
+            Some(self.vrouter.underlay_gateway.parse().map_err(|_| {
+                ConfigError::Invalid(format!(
+                    "vrouter.underlay_gateway {:?}: an IPv4 address",
+                    self.vrouter.underlay_gateway
+                ))
+            })?)
+        };
         let service_prefixes = self.bgp.service_prefixes()?;
         if self.datastore.kind == "etcd" {
             let tls = [
@@ -614,6 +631,7 @@ impl Config {
             metrics_listen,
             default_pool,
             underlay_subnet,
+            underlay_gateway,
             cluster_id,
             service_prefixes,
         })
@@ -847,6 +865,33 @@ mod tests {
             eth0\t0000A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
         assert_eq!(default_route_interface(text).as_deref(), Some("eth0"));
         assert_eq!(default_route_interface("Iface\tDestination\n"), None);
+    }
+
+    #[test]
+    fn the_underlay_gateway_is_a_key_a_flag_and_a_variable_and_must_be_ipv4() {
+        let mut c = good();
+        assert_eq!(c.validate().unwrap().underlay_gateway, None);
+        c.vrouter.underlay_gateway = "10.99.0.254".into();
+        assert_eq!(
+            c.validate().unwrap().underlay_gateway,
+            Some(Ipv4Addr::new(10, 99, 0, 254))
+        );
+        c.vrouter.underlay_gateway = "fe80::1".into();
+        assert!(error_of(c).contains("vrouter.underlay_gateway"));
+        let c = load(
+            "[vrouter]\nunderlay_gateway = \"10.0.0.1\"\n",
+            &[("BRINDLE_VROUTER_UNDERLAY_GATEWAY", "10.0.0.2")],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.vrouter.underlay_gateway, "10.0.0.2");
+        let c = load(
+            "",
+            &[("BRINDLE_VROUTER_UNDERLAY_GATEWAY", "10.0.0.2")],
+            &["--vrouter-underlay-gateway", "10.0.0.3"],
+        )
+        .unwrap();
+        assert_eq!(c.vrouter.underlay_gateway, "10.0.0.3");
     }
 
     #[test]

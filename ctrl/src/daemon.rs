@@ -35,6 +35,7 @@ use crate::bgp::speaker::{PeerConfig, Speaker, SpeakerConfig};
 use crate::config::{Config, Validated};
 use crate::ctrl_api::{CtrlRequest, NodeStatus, NodeView};
 use crate::endpoints::{EndpointHandler, EndpointStore};
+use crate::gateway;
 use crate::metrics::{self, Metrics, StateLabel};
 use crate::neighbors;
 use crate::programming::Work;
@@ -65,13 +66,18 @@ fn start_err(step: &'static str) -> impl FnOnce(String) -> DaemonError {
 }
 
 /// The vrouter's node settings; `tunnel_peers` are the other live nodes
-/// (encapsulated packets from anyone else are dropped).
-fn node_config(v: &Validated, tunnel_peers: Vec<Ipv4Addr>) -> NodeConfig {
+/// (encapsulated packets from anyone else are dropped); `underlay_gateway`
+/// the router towards nodes outside the underlay subnet.
+fn node_config(
+    v: &Validated,
+    tunnel_peers: Vec<Ipv4Addr>,
+    underlay_gateway: Option<Ipv4Addr>,
+) -> NodeConfig {
     NodeConfig {
         address_v4: Some(v.node_address),
         address_v6: None,
         underlay_subnet: v.underlay_subnet,
-        underlay_gateway: None,
+        underlay_gateway,
         vxlan: VxlanConfig::default(),
         tunnel_peers,
     }
@@ -86,6 +92,10 @@ struct LoopState {
     own_blackholes: BTreeSet<IpNet>,
     /// The tunnel peers last sent in `SetNode`.
     tunnel_peers: Vec<Ipv4Addr>,
+    /// The underlay gateway last sent in `SetNode`.
+    underlay_gateway: Option<Ipv4Addr>,
+    /// `SetNode` must be sent again (peers or gateway changed).
+    node_stale: bool,
     /// Service prefixes we announce.
     services: BTreeSet<IpNet>,
 }
@@ -300,7 +310,7 @@ pub fn run_with_reload(
     });
     let _ = program_tx.send(Work::Apply(vec![
         VrouterRequest::SetNode {
-            node: node_config(&v, Vec::new()),
+            node: node_config(&v, Vec::new(), v.underlay_gateway),
         },
         VrouterRequest::AddPorts {
             ports: vec![PortSpec {
@@ -474,6 +484,28 @@ pub fn run_with_reload(
         );
     }
 
+    // The underlay gateway, unless configured: the uplink's default
+    // gateway, followed; the control loop sends it in `SetNode`.
+    let learned_gateway: Arc<Mutex<Option<Ipv4Addr>>> = Arc::new(Mutex::new(None));
+    if v.underlay_gateway.is_none() {
+        let learned_gateway = learned_gateway.clone();
+        let uplink = v.uplink.clone();
+        rt.spawn(
+            async move {
+                let (gtx, mut grx) = tokio::sync::mpsc::unbounded_channel();
+                let watcher =
+                    tokio::spawn(gateway::watch(uplink, gtx).instrument(tracing::Span::current()));
+                while let Some(gw) = grx.recv().await {
+                    *learned_gateway.lock().unwrap_or_else(|p| p.into_inner()) = gw;
+                }
+                if let Ok(Err(e)) = watcher.await {
+                    warn!(error = %e, "not following the uplink's default gateway");
+                }
+            }
+            .instrument(tracing::Span::current()),
+        );
+    }
+
     // Reload on SIGHUP.
     let hup = Arc::new(AtomicBool::new(false));
     {
@@ -510,7 +542,10 @@ pub fn run_with_reload(
     }
 
     // The control loop.
-    let mut state = LoopState::default();
+    let mut state = LoopState {
+        underlay_gateway: v.underlay_gateway,
+        ..LoopState::default()
+    };
     while !stop.load(Ordering::Relaxed) {
         if hup.swap(false, Ordering::Relaxed) {
             match &reload {
@@ -554,6 +589,7 @@ pub fn run_with_reload(
             &metrics,
             &ready,
             &vrouter_reachable,
+            &learned_gateway,
         );
         for _ in 0..10 {
             if stop.load(Ordering::Relaxed) {
@@ -593,6 +629,7 @@ fn control_step(
     metrics: &Metrics,
     ready: &AtomicBool,
     vrouter_reachable: &AtomicBool,
+    learned_gateway: &Mutex<Option<Ipv4Addr>>,
 ) {
     let guard = speaker.lock().unwrap_or_else(|p| p.into_inner());
     let Some(speaker) = guard.as_ref() else {
@@ -775,10 +812,8 @@ fn control_step(
                 .collect();
             if tunnel_peers != state.tunnel_peers {
                 info!(?tunnel_peers, "tunnel peers changed");
-                let _ = program_tx.send(Work::Apply(vec![VrouterRequest::SetNode {
-                    node: node_config(v, tunnel_peers.clone()),
-                }]));
                 state.tunnel_peers = tunnel_peers;
+                state.node_stale = true;
             }
             shared_guard.nodes = nodes;
         }
@@ -788,6 +823,22 @@ fn control_step(
         }
     }
     drop(shared_guard);
+
+    // The node settings, when the tunnel peers or the underlay gateway
+    // changed.
+    let underlay_gateway = v
+        .underlay_gateway
+        .or(*learned_gateway.lock().unwrap_or_else(|p| p.into_inner()));
+    if underlay_gateway != state.underlay_gateway {
+        info!(?underlay_gateway, "underlay gateway changed");
+        state.underlay_gateway = underlay_gateway;
+        state.node_stale = true;
+    }
+    if std::mem::take(&mut state.node_stale) {
+        let _ = program_tx.send(Work::Apply(vec![VrouterRequest::SetNode {
+            node: node_config(v, state.tunnel_peers.clone(), state.underlay_gateway),
+        }]));
+    }
 
     // Metrics.
     if let Ok(list) = rt.block_on(speaker.peers()) {

@@ -11,6 +11,7 @@ pub mod config;
 pub mod ctrl_api;
 pub mod daemon;
 pub mod endpoints;
+pub mod gateway;
 pub mod metrics;
 pub mod neighbors;
 pub mod programming;
