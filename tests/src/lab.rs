@@ -534,10 +534,9 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
             .iter()
             .find(|p| p.node == 2)
             .context("no pod on node 2")?;
-        let pinged = !report
-            .failed_pairs
-            .iter()
-            .any(|p| p.starts_with(&format!("{} (", from.name)) && p.contains(&to.ip.to_string()));
+        let pinged = !report.failed_pairs.iter().any(|p| {
+            p.starts_with(&format!("{} (", from.name)) && p.ends_with(&format!("({})", to.ip))
+        });
         if !pinged {
             // The ping failure already says what is wrong.
             println!("not run: {} does not answer {}", to.name, from.name);
