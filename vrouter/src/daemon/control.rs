@@ -475,6 +475,14 @@ impl Control {
     fn refresh_fib_for_ports(&mut self) -> Result<(), RemoteError> {
         let mut changes = Vec::new();
         for (prefix, target) in &self.routes {
+            // Only routes through a port depend on which ports exist; the
+            // others were placed when added (and by `set_node` for the VNI).
+            if !matches!(
+                target,
+                api::RouteTarget::Local { .. } | api::RouteTarget::Gateway { .. }
+            ) {
+                continue;
+            }
             match self.next_hop(target) {
                 Ok(nh) => {
                     if self.fib.get(prefix) != Some(nh) {
@@ -491,9 +499,11 @@ impl Control {
                 }
             }
         }
-        self.fib
-            .apply(changes)
-            .map_err(|e| internal(format!("FIB: {e}")))?;
+        if !changes.is_empty() {
+            self.fib
+                .apply(changes)
+                .map_err(|e| internal(format!("FIB: {e}")))?;
+        }
         for ((port, ip), mac) in &self.neighbors {
             if let Some(e) = self.ports.get(port) {
                 self.broadcast(|| WorkerCmd::Neighbor {
@@ -503,7 +513,9 @@ impl Control {
                 })?;
             }
         }
-        self.refresh_steering()
+        // The steered set follows the route map only (not the ports), so
+        // there is nothing to redo for it here.
+        Ok(())
     }
 
     fn port_id(&self, name: &str) -> Result<PortId, RemoteError> {
@@ -542,12 +554,15 @@ impl Control {
     fn add_routes(&mut self, routes: Vec<api::Route>) -> Result<u64, RemoteError> {
         // Validate the whole batch before changing anything.
         let mut changes = Vec::new();
-        for r in &routes {
+        for r in routes {
             let prefix = r.prefix.trunc();
             let nh = self.next_hop(&r.target)?;
             if self.routes.get(&prefix) != Some(&r.target) || self.fib.get(&prefix) != Some(nh) {
-                changes.push((prefix, r.target.clone(), nh));
+                changes.push((prefix, r.target, nh));
             }
+        }
+        if changes.is_empty() {
+            return Ok(0);
         }
         self.fib
             .apply(changes.iter().map(|(p, _, nh)| FibChange::Upsert {
@@ -556,61 +571,55 @@ impl Control {
             }))
             .map_err(|e| internal(format!("FIB: {e}")))?;
         let changed = changes.len() as u64;
+        let mut touched = Vec::with_capacity(changes.len());
         for (p, t, _) in changes {
             self.routes.insert(p, t);
+            touched.push(p);
         }
-        self.refresh_steering()?;
+        self.update_steering(&touched)?;
         Ok(changed)
     }
 
     fn remove_routes(&mut self, prefixes: &[IpNet]) -> Result<u64, RemoteError> {
         let mut removed = Vec::new();
+        let mut touched = Vec::new();
         for p in prefixes {
             let p = p.trunc();
             if self.routes.remove(&p).is_some() {
                 removed.push(FibChange::Remove { prefix: p });
+                touched.push(p);
             }
+        }
+        if touched.is_empty() {
+            return Ok(0);
         }
         let changed = removed.len() as u64;
         self.fib
             .apply(removed)
             .map_err(|e| internal(format!("FIB: {e}")))?;
-        self.refresh_steering()?;
+        self.update_steering(&touched)?;
         Ok(changed)
     }
 
-    /// The steering programs send to the vrouter what is routed to pods,
-    /// tunnels and natively routed remote blocks (gateway routes): keep the
-    /// pod-prefix map equal to those IPv4 prefixes. Without the gateway
-    /// routes a pod's frame to a remote block would go to the node's kernel,
-    /// which has no pod routes and sends it to its default route. A default
-    /// route stays out: it would pull every frame of every pod in.
-    fn refresh_steering(&mut self) -> Result<(), RemoteError> {
+    /// Brings the pod-prefix steering map up to date for the `touched`
+    /// prefixes (those a request added, replaced or removed): the work is
+    /// per change, not per route held, so a full table arriving in batches
+    /// stays linear.
+    fn update_steering(&mut self, touched: &[IpNet]) -> Result<(), RemoteError> {
         let Some(s) = &self.steering else {
             return Ok(());
         };
-        let want: BTreeSet<(Ipv4Addr, u8)> = self
-            .routes
-            .iter()
-            .filter(|(p, t)| match t {
-                api::RouteTarget::Local { .. } | api::RouteTarget::Encap { .. } => true,
-                api::RouteTarget::Gateway { .. } => p.prefix_len() > 0,
-                _ => false,
-            })
-            .filter_map(|(p, _)| match p {
-                IpNet::V4(n) => Some((n.network(), n.prefix_len())),
-                IpNet::V6(_) => None,
-            })
-            .collect();
-        for &(a, l) in self.steered.difference(&want) {
+        let delta = steering_delta(&self.steered, &self.routes, touched);
+        for &(a, l) in &delta.remove {
             s.remove_pod_prefix(a, l)
                 .map_err(|e| internal(format!("steering map: {e}")))?;
+            self.steered.remove(&(a, l));
         }
-        for &(a, l) in want.difference(&self.steered) {
+        for &(a, l) in &delta.add {
             s.add_pod_prefix(a, l)
                 .map_err(|e| internal(format!("steering map: {e}")))?;
+            self.steered.insert((a, l));
         }
-        self.steered = want;
         Ok(())
     }
 
@@ -867,5 +876,250 @@ impl Control {
             ready: live && problems.is_empty(),
             problems,
         }
+    }
+}
+
+/// The steering map key of a route, when the route is steered. The steering
+/// programs send to the vrouter what is routed to pods, tunnels and natively
+/// routed remote blocks (gateway routes). Without the gateway routes a pod's
+/// frame to a remote block would go to the node's kernel, which has no pod
+/// routes and sends it to its default route. A default route stays out: it
+/// would pull every frame of every pod in. IPv6 is not steered.
+fn steering_key(prefix: &IpNet, target: &api::RouteTarget) -> Option<(Ipv4Addr, u8)> {
+    let steered = match target {
+        api::RouteTarget::Local { .. } | api::RouteTarget::Encap { .. } => true,
+        api::RouteTarget::Gateway { .. } => prefix.prefix_len() > 0,
+        api::RouteTarget::Blackhole | api::RouteTarget::Host => false,
+    };
+    match prefix.trunc() {
+        IpNet::V4(n) if steered => Some((n.network(), n.prefix_len())),
+        _ => None,
+    }
+}
+
+/// Steering keys to take out of and put into the map.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct SteeringDelta {
+    remove: Vec<(Ipv4Addr, u8)>,
+    add: Vec<(Ipv4Addr, u8)>,
+}
+
+/// What changes in the steered set when the routes of `touched` (already
+/// updated in `routes`) changed: a prefix whose route is gone or no longer
+/// of a steered kind leaves, one newly of a steered kind enters.
+fn steering_delta(
+    steered: &BTreeSet<(Ipv4Addr, u8)>,
+    routes: &BTreeMap<IpNet, api::RouteTarget>,
+    touched: &[IpNet],
+) -> SteeringDelta {
+    let mut delta = SteeringDelta::default();
+    let mut seen = BTreeSet::new();
+    for p in touched {
+        let p = p.trunc();
+        let IpNet::V4(n) = p else {
+            continue;
+        };
+        let key = (n.network(), n.prefix_len());
+        if !seen.insert(key) {
+            continue;
+        }
+        let want = routes.get(&p).and_then(|t| steering_key(&p, t)).is_some();
+        let have = steered.contains(&key);
+        if want && !have {
+            delta.add.push(key);
+        } else if !want && have {
+            delta.remove.push(key);
+        }
+    }
+    delta
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    fn key(s: &str) -> (Ipv4Addr, u8) {
+        match net(s) {
+            IpNet::V4(n) => (n.network(), n.prefix_len()),
+            IpNet::V6(_) => unreachable!("test keys are IPv4"),
+        }
+    }
+
+    fn local() -> api::RouteTarget {
+        api::RouteTarget::Local {
+            port: "bri1".into(),
+        }
+    }
+
+    fn gateway() -> api::RouteTarget {
+        api::RouteTarget::Gateway {
+            via: "192.168.0.1".parse().unwrap(),
+            port: "eth0".into(),
+        }
+    }
+
+    /// Applies a route change the way `add_routes`/`remove_routes` do and
+    /// folds the delta into `steered` as `update_steering` does.
+    fn change(
+        steered: &mut BTreeSet<(Ipv4Addr, u8)>,
+        routes: &mut BTreeMap<IpNet, api::RouteTarget>,
+        adds: &[(&str, api::RouteTarget)],
+        removes: &[&str],
+    ) -> SteeringDelta {
+        let mut touched = Vec::new();
+        for (p, t) in adds {
+            routes.insert(net(p).trunc(), t.clone());
+            touched.push(net(p));
+        }
+        for p in removes {
+            routes.remove(&net(p).trunc());
+            touched.push(net(p));
+        }
+        let delta = steering_delta(steered, routes, &touched);
+        for k in &delta.remove {
+            steered.remove(k);
+        }
+        for k in &delta.add {
+            steered.insert(*k);
+        }
+        delta
+    }
+
+    /// The set a full rebuild over the route map gives: the incremental
+    /// updates must always equal it.
+    fn rebuilt(routes: &BTreeMap<IpNet, api::RouteTarget>) -> BTreeSet<(Ipv4Addr, u8)> {
+        routes
+            .iter()
+            .filter_map(|(p, t)| steering_key(p, t))
+            .collect()
+    }
+
+    #[test]
+    fn steered_kinds_enter_and_the_others_stay_out() {
+        let (mut steered, mut routes) = (BTreeSet::new(), BTreeMap::new());
+        let delta = change(
+            &mut steered,
+            &mut routes,
+            &[
+                ("10.244.0.5/32", local()),
+                (
+                    "10.244.1.0/26",
+                    api::RouteTarget::Encap {
+                        encap: api::Encap::Vxlan,
+                        remote: "192.168.0.12".parse().unwrap(),
+                    },
+                ),
+                ("10.245.0.0/24", gateway()),
+                ("0.0.0.0/0", gateway()),
+                ("10.9.0.0/16", api::RouteTarget::Blackhole),
+                ("10.8.0.0/16", api::RouteTarget::Host),
+                ("fd00::5/128", local()),
+            ],
+            &[],
+        );
+        assert_eq!(
+            delta,
+            SteeringDelta {
+                remove: vec![],
+                add: vec![
+                    key("10.244.0.5/32"),
+                    key("10.244.1.0/26"),
+                    key("10.245.0.0/24")
+                ],
+            }
+        );
+        assert_eq!(steered, rebuilt(&routes));
+    }
+
+    #[test]
+    fn a_replaced_route_moves_in_and_out_of_the_steered_set() {
+        let (mut steered, mut routes) = (BTreeSet::new(), BTreeMap::new());
+        change(
+            &mut steered,
+            &mut routes,
+            &[("10.244.0.0/24", local())],
+            &[],
+        );
+        // Steered → not steered.
+        let delta = change(
+            &mut steered,
+            &mut routes,
+            &[("10.244.0.0/24", api::RouteTarget::Blackhole)],
+            &[],
+        );
+        assert_eq!(delta.remove, vec![key("10.244.0.0/24")]);
+        assert!(delta.add.is_empty());
+        assert!(steered.is_empty());
+        // Not steered → steered, written with host bits.
+        let delta = change(
+            &mut steered,
+            &mut routes,
+            &[("10.244.0.9/24", gateway())],
+            &[],
+        );
+        assert_eq!(delta.add, vec![key("10.244.0.0/24")]);
+        // Steered → steered of another kind: the map is not touched.
+        let delta = change(
+            &mut steered,
+            &mut routes,
+            &[("10.244.0.0/24", local())],
+            &[],
+        );
+        assert_eq!(delta, SteeringDelta::default());
+        assert_eq!(steered, rebuilt(&routes));
+    }
+
+    #[test]
+    fn removal_takes_out_only_what_was_steered_and_repeats_change_nothing() {
+        let (mut steered, mut routes) = (BTreeSet::new(), BTreeMap::new());
+        change(
+            &mut steered,
+            &mut routes,
+            &[
+                ("10.244.0.5/32", local()),
+                ("10.244.0.6/32", local()),
+                ("10.9.0.0/16", api::RouteTarget::Blackhole),
+            ],
+            &[],
+        );
+        let delta = change(
+            &mut steered,
+            &mut routes,
+            &[],
+            &["10.244.0.5/32", "10.9.0.0/16", "10.1.0.0/16"],
+        );
+        assert_eq!(delta.remove, vec![key("10.244.0.5/32")]);
+        assert_eq!(steered, BTreeSet::from([key("10.244.0.6/32")]));
+        // The same request again and an unchanged add: nothing to do.
+        let again = change(&mut steered, &mut routes, &[], &["10.244.0.5/32"]);
+        assert_eq!(again, SteeringDelta::default());
+        let again = change(
+            &mut steered,
+            &mut routes,
+            &[("10.244.0.6/32", local())],
+            &[],
+        );
+        assert_eq!(again, SteeringDelta::default());
+        assert_eq!(steered, rebuilt(&routes));
+    }
+
+    #[test]
+    fn a_prefix_twice_in_one_request_is_one_map_change() {
+        let (mut steered, mut routes) = (BTreeSet::new(), BTreeMap::new());
+        let delta = change(
+            &mut steered,
+            &mut routes,
+            &[
+                ("10.244.0.5/32", api::RouteTarget::Blackhole),
+                ("10.244.0.5/32", local()),
+            ],
+            &[],
+        );
+        assert_eq!(delta.add, vec![key("10.244.0.5/32")]);
+        assert_eq!(steered, rebuilt(&routes));
     }
 }
