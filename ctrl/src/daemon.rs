@@ -39,6 +39,7 @@ use crate::gateway;
 use crate::metrics::{self, Metrics, StateLabel};
 use crate::neighbors;
 use crate::programming::Work;
+use crate::programming::coalesce::MAX_ROUTES_PER_REQUEST;
 use crate::programming::dataplane::SocketDataplane;
 use crate::programming::executor::Executor;
 use crate::registry::{NodeRecord, Registry, Role, WantedPeer, mesh_peers, now_ms, wanted_peers};
@@ -335,9 +336,14 @@ pub fn run_with_reload(
                 match program_rx.recv_timeout(Duration::from_secs(1)) {
                     Ok(first) => {
                         // Merge what is queued: consecutive request batches
-                        // go out together, neighbour changes in order.
+                        // go out together (the executor merges route runs),
+                        // neighbour changes in order. Bounded, so a full BGP
+                        // table streaming in is programmed as it comes
+                        // rather than after the last route.
                         let mut pending = first;
-                        while let Ok(more) = program_rx.try_recv() {
+                        while pending.items() < MAX_ROUTES_PER_REQUEST
+                            && let Ok(more) = program_rx.try_recv()
+                        {
                             match (&mut pending, more) {
                                 (Work::Apply(a), Work::Apply(b)) => a.extend(b),
                                 (Work::Neighbors(a), Work::Neighbors(b)) => a.extend(b),

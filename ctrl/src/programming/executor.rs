@@ -8,6 +8,7 @@ use brindle_api::vrouter::{Neighbor, VrouterRequest};
 use tracing::{debug, info, warn};
 
 use super::Work;
+use super::coalesce::{MAX_ROUTES_PER_REQUEST, coalesce};
 use super::dataplane::Dataplane;
 use super::desired::Desired;
 use crate::metrics::Metrics;
@@ -55,7 +56,8 @@ impl<D: Dataplane> Executor<D> {
     }
 
     /// Records `reqs` in the desired state and sends them if the vrouter is
-    /// in sync; otherwise tries to resync (which includes them).
+    /// in sync; otherwise tries to resync (which includes them). Runs of
+    /// route requests go out merged ([`coalesce`]).
     pub fn submit(&mut self, reqs: Vec<VrouterRequest>) {
         for r in &reqs {
             self.desired.apply(r);
@@ -64,7 +66,7 @@ impl<D: Dataplane> Executor<D> {
             self.reconcile();
             return;
         }
-        for r in &reqs {
+        for r in &coalesce(reqs, MAX_ROUTES_PER_REQUEST) {
             let start = Instant::now();
             match self.dataplane.call(r) {
                 Ok(_) => self.observe(start),
@@ -185,6 +187,8 @@ mod tests {
         DesiredState, Mac, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
     };
 
+    use ipnet::IpNet;
+
     use super::*;
     use crate::neighbors::NeighborChange;
     use crate::programming::dataplane::RecordingDataplane;
@@ -229,6 +233,56 @@ mod tests {
             ]
         );
         (ex, fake)
+    }
+
+    #[test]
+    fn ten_thousand_queued_route_changes_go_out_as_a_few_requests_in_order() {
+        let (mut ex, fake) = synced();
+        let ep = endpoint("c1", "bri1", "10.244.0.5/32");
+        let mut reqs = endpoint_added(&ep).unwrap();
+        let mut sent_last = Vec::new();
+        for i in 0..10_000u32 {
+            let prefix = format!("10.{}.{}.0/24", 100 + i / 256, i % 256);
+            reqs.push(VrouterRequest::AddRoutes {
+                routes: vec![local(&prefix, "bri1")],
+            });
+            if i % 2 == 1 {
+                reqs.push(VrouterRequest::RemoveRoutes {
+                    prefixes: vec![prefix.parse().unwrap()],
+                });
+            } else {
+                sent_last.push(local(&prefix, "bri1"));
+            }
+        }
+        reqs.extend(endpoint_removed(&ep));
+        ex.submit(reqs);
+        let sent = fake.take();
+        // The pod's port; the net effect of the route run: the withdrawn
+        // prefixes and the pod's host route (added, then removed with the
+        // endpoint) go as one removal, the 5,000 that stayed as one add in
+        // the order they came; the port's removal still goes last.
+        assert_eq!(sent.len(), 4, "{:?}", &sent[..sent.len().min(1)]);
+        assert_eq!(
+            sent[0],
+            VrouterRequest::AddPorts {
+                ports: vec![pod_port("bri1", "10.244.0.5", "k8s-pod-network/c1/eth0")],
+            }
+        );
+        let VrouterRequest::RemoveRoutes { prefixes } = &sent[1] else {
+            panic!("not a removal: {:?}", sent[1]);
+        };
+        assert_eq!(prefixes.len(), 5_001);
+        assert_eq!(prefixes[0], "10.244.0.5/32".parse::<IpNet>().unwrap());
+        assert_eq!(prefixes[1], "10.100.1.0/24".parse::<IpNet>().unwrap());
+        assert!(sent[2] == VrouterRequest::AddRoutes { routes: sent_last });
+        assert_eq!(
+            sent[3],
+            VrouterRequest::RemovePorts {
+                names: vec!["bri1".into()]
+            }
+        );
+        assert_eq!(ex.desired().routes.len(), 5_000);
+        assert!(ex.desired().ports.is_empty());
     }
 
     #[test]

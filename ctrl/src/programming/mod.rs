@@ -13,6 +13,7 @@
 //! [`VrouterRequest`]: brindle_api::vrouter::VrouterRequest
 //! [`Dataplane`]: dataplane::Dataplane
 
+pub mod coalesce;
 pub mod dataplane;
 pub mod desired;
 pub mod executor;
@@ -29,6 +30,16 @@ pub enum Work {
     /// Underlay neighbour changes from the kernel
     /// ([`executor::Executor::neighbors`]).
     Neighbors(Vec<NeighborChange>),
+}
+
+impl Work {
+    /// Requests or neighbour changes held (how far a merge has grown).
+    pub fn items(&self) -> usize {
+        match self {
+            Work::Apply(reqs) => reqs.len(),
+            Work::Neighbors(changes) => changes.len(),
+        }
+    }
 }
 
 impl From<Vec<VrouterRequest>> for Work {
