@@ -615,10 +615,29 @@ impl Control {
                 .map_err(|e| internal(format!("steering map: {e}")))?;
             self.steered.remove(&(a, l));
         }
+        let mut left_out = 0u64;
         for &(a, l) in &delta.add {
-            s.add_pod_prefix(a, l)
-                .map_err(|e| internal(format!("steering map: {e}")))?;
-            self.steered.insert((a, l));
+            match s.add_pod_prefix(a, l) {
+                Ok(()) => {
+                    self.steered.insert((a, l));
+                }
+                // The map is sized for a node's pods and pool blocks, not a
+                // full BGP table: a prefix that does not fit stays on the
+                // kernel path (its route is in the FIB all the same), and
+                // the request succeeds, so the controller does not resync
+                // in a loop over a table that can never fit.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::E2BIG)) => {
+                    left_out += 1;
+                }
+                Err(e) => return Err(internal(format!("steering map: {e}"))),
+            }
+        }
+        if left_out > 0 {
+            tracing::warn!(
+                left_out,
+                steered = self.steered.len(),
+                "steering map full: prefixes left to the kernel path"
+            );
         }
         Ok(())
     }
