@@ -25,7 +25,13 @@ pub struct Executor<D> {
     in_sync: bool,
     reachable: Arc<AtomicBool>,
     metrics: Option<Arc<Metrics>>,
+    /// Routes carried by the `Sync` itself; the rest follow it in batches.
+    max_sync_routes: usize,
 }
+
+/// Routes in a resync's `Sync` message: about 100 bytes of JSON each at
+/// most, so the message stays well under the socket's 64 MiB.
+pub const MAX_SYNC_ROUTES: usize = 200_000;
 
 impl<D: Dataplane> Executor<D> {
     /// An executor that has programmed nothing yet.
@@ -37,6 +43,7 @@ impl<D: Dataplane> Executor<D> {
             in_sync: false,
             reachable: Arc::new(AtomicBool::new(false)),
             metrics,
+            max_sync_routes: MAX_SYNC_ROUTES,
         }
     }
 
@@ -141,18 +148,41 @@ impl<D: Dataplane> Executor<D> {
             self.set_reachable(true);
             return;
         }
-        let state = self.desired.to_sync();
+        let mut state = self.desired.to_sync();
+        // A full table does not fit in one message (1M routes are about
+        // 80 MB of JSON, the socket takes 64 MiB): the `Sync` carries the
+        // first routes and the rest follow as `AddRoutes`, in sync only
+        // once the last one is in.
+        let rest = if state.routes.len() > self.max_sync_routes {
+            state.routes.split_off(self.max_sync_routes)
+        } else {
+            Vec::new()
+        };
         info!(
             boot_id = %hello.boot_id,
             restarted,
             ports = state.ports.len(),
-            routes = state.routes.len(),
+            routes = state.routes.len() + rest.len(),
             "resyncing the vrouter"
         );
         let start = Instant::now();
-        match self.dataplane.call(&VrouterRequest::Sync { state }) {
-            Ok(c) => {
-                debug!(changed = c.changed, "resync done");
+        let mut result = self
+            .dataplane
+            .call(&VrouterRequest::Sync { state })
+            .map(|c| c.changed);
+        let mut rest = rest.into_iter().peekable();
+        while let Ok(done) = result
+            && rest.peek().is_some()
+        {
+            let routes: Vec<_> = rest.by_ref().take(MAX_ROUTES_PER_REQUEST).collect();
+            result = self
+                .dataplane
+                .call(&VrouterRequest::AddRoutes { routes })
+                .map(|c| done + c.changed);
+        }
+        match result {
+            Ok(changed) => {
+                debug!(changed, "resync done");
                 self.observe(start);
                 self.boot_id = Some(hello.boot_id);
                 self.in_sync = true;
@@ -283,6 +313,39 @@ mod tests {
         );
         assert_eq!(ex.desired().routes.len(), 5_000);
         assert!(ex.desired().ports.is_empty());
+    }
+
+    #[test]
+    fn a_table_too_large_for_one_sync_follows_it_in_batches() {
+        let fake = RecordingDataplane::new("b1");
+        let mut ex = Executor::new(fake.clone(), None);
+        ex.max_sync_routes = 3;
+        fake.set_down(true);
+        let routes: Vec<Route> = (0..8)
+            .map(|i| local(&format!("10.0.{i}.0/24"), "eth0"))
+            .collect();
+        ex.submit(vec![VrouterRequest::AddRoutes {
+            routes: routes.clone(),
+        }]);
+        assert!(fake.take().is_empty());
+        fake.set_down(false);
+        ex.reconcile();
+        assert_eq!(
+            fake.take(),
+            vec![
+                hello(),
+                VrouterRequest::Sync {
+                    state: DesiredState {
+                        routes: routes[..3].to_vec(),
+                        ..DesiredState::default()
+                    }
+                },
+                VrouterRequest::AddRoutes {
+                    routes: routes[3..].to_vec()
+                },
+            ]
+        );
+        assert!(ex.reachable_flag().load(Ordering::Relaxed));
     }
 
     #[test]
