@@ -619,6 +619,25 @@ pub fn run_with_reload(
     Ok(())
 }
 
+/// The `SetNode` to send when the tunnel peers or the underlay gateway (the
+/// configured one, else `learned`) differ from those last sent; `state`
+/// then records them as sent.
+fn node_update(
+    v: &Validated,
+    state: &mut LoopState,
+    learned: Option<Ipv4Addr>,
+) -> Option<VrouterRequest> {
+    let underlay_gateway = v.underlay_gateway.or(learned);
+    if underlay_gateway != state.underlay_gateway {
+        info!(?underlay_gateway, "underlay gateway changed");
+        state.underlay_gateway = underlay_gateway;
+        state.node_stale = true;
+    }
+    std::mem::take(&mut state.node_stale).then(|| VrouterRequest::SetNode {
+        node: node_config(v, state.tunnel_peers.clone(), state.underlay_gateway),
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn control_step(
     rt: &tokio::runtime::Runtime,
@@ -830,20 +849,9 @@ fn control_step(
     }
     drop(shared_guard);
 
-    // The node settings, when the tunnel peers or the underlay gateway
-    // changed.
-    let underlay_gateway = v
-        .underlay_gateway
-        .or(*learned_gateway.lock().unwrap_or_else(|p| p.into_inner()));
-    if underlay_gateway != state.underlay_gateway {
-        info!(?underlay_gateway, "underlay gateway changed");
-        state.underlay_gateway = underlay_gateway;
-        state.node_stale = true;
-    }
-    if std::mem::take(&mut state.node_stale) {
-        let _ = program_tx.send(Work::Apply(vec![VrouterRequest::SetNode {
-            node: node_config(v, state.tunnel_peers.clone(), state.underlay_gateway),
-        }]));
+    let learned = *learned_gateway.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(set_node) = node_update(v, state, learned) {
+        let _ = program_tx.send(Work::Apply(vec![set_node]));
     }
 
     // Metrics.
@@ -869,4 +877,110 @@ fn control_step(
         store_ok && vrouter_reachable.load(Ordering::Relaxed),
         Ordering::Relaxed,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use brindle_api::framing::PROTOCOL_VERSION;
+    use brindle_api::vrouter::DesiredState;
+
+    use super::*;
+    use crate::programming::dataplane::RecordingDataplane;
+
+    fn validated(configured_gateway: Option<Ipv4Addr>) -> Validated {
+        Validated {
+            node_name: "n1".into(),
+            node_address: Ipv4Addr::new(10, 99, 0, 11),
+            uplink: "eth0".into(),
+            metrics_listen: "127.0.0.1:9091".parse().unwrap(),
+            default_pool: "10.244.0.0/16".parse().unwrap(),
+            underlay_subnet: Some("10.99.0.0/24".parse().unwrap()),
+            underlay_gateway: configured_gateway,
+            cluster_id: None,
+            service_prefixes: BTreeSet::new(),
+        }
+    }
+
+    const GW: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 254);
+
+    fn node(peers: Vec<Ipv4Addr>, gateway: Option<Ipv4Addr>) -> NodeConfig {
+        NodeConfig {
+            address_v4: Some(Ipv4Addr::new(10, 99, 0, 11)),
+            address_v6: None,
+            underlay_subnet: Some("10.99.0.0/24".parse().unwrap()),
+            underlay_gateway: gateway,
+            vxlan: VxlanConfig::default(),
+            tunnel_peers: peers,
+        }
+    }
+
+    #[test]
+    fn a_learned_gateway_reaches_the_vrouter_once_per_change_and_after_a_restart() {
+        let v = validated(None);
+        let fake = RecordingDataplane::new("b1");
+        let mut ex = Executor::new(fake.clone(), None);
+        ex.reconcile();
+        fake.take();
+        let mut state = LoopState::default();
+        assert_eq!(node_update(&v, &mut state, None), None);
+
+        let set = node_update(&v, &mut state, Some(GW)).expect("a SetNode");
+        ex.submit(vec![set]);
+        assert_eq!(
+            fake.take(),
+            vec![VrouterRequest::SetNode {
+                node: node(vec![], Some(GW))
+            }]
+        );
+        // The same gateway again: nothing to send.
+        assert_eq!(node_update(&v, &mut state, Some(GW)), None);
+        // New tunnel peers keep the gateway.
+        state.tunnel_peers = vec![Ipv4Addr::new(10, 99, 1, 13)];
+        state.node_stale = true;
+        ex.submit(vec![node_update(&v, &mut state, Some(GW)).unwrap()]);
+        assert_eq!(
+            fake.take(),
+            vec![VrouterRequest::SetNode {
+                node: node(vec![Ipv4Addr::new(10, 99, 1, 13)], Some(GW))
+            }]
+        );
+        // A restarted vrouter gets it back in the Sync.
+        fake.restart("b2");
+        ex.reconcile();
+        assert_eq!(
+            fake.take(),
+            vec![
+                VrouterRequest::Hello {
+                    version: PROTOCOL_VERSION
+                },
+                VrouterRequest::Sync {
+                    state: DesiredState {
+                        node: Some(node(vec![Ipv4Addr::new(10, 99, 1, 13)], Some(GW))),
+                        ports: vec![],
+                        routes: vec![],
+                        neighbors: vec![],
+                    }
+                }
+            ]
+        );
+        // The default route gone: the vrouter forgets the gateway.
+        assert_eq!(
+            node_update(&v, &mut state, None),
+            Some(VrouterRequest::SetNode {
+                node: node(vec![Ipv4Addr::new(10, 99, 1, 13)], None)
+            })
+        );
+    }
+
+    #[test]
+    fn a_configured_gateway_wins_over_the_learned_one() {
+        let configured = Ipv4Addr::new(10, 99, 0, 1);
+        let v = validated(Some(configured));
+        let mut state = LoopState {
+            underlay_gateway: v.underlay_gateway,
+            ..LoopState::default()
+        };
+        assert_eq!(node_update(&v, &mut state, Some(GW)), None);
+        assert_eq!(state.underlay_gateway, Some(configured));
+    }
 }
