@@ -617,6 +617,11 @@ impl Control {
         }
         let mut left_out = 0u64;
         for &(a, l) in &delta.add {
+            if left_out > 0 {
+                // Full (the removals came first): no syscall per prefix.
+                left_out += 1;
+                continue;
+            }
             match s.add_pod_prefix(a, l) {
                 Ok(()) => {
                     self.steered.insert((a, l));
