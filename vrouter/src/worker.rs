@@ -286,6 +286,12 @@ impl Worker {
         &self.pipeline
     }
 
+    /// Drops (and counts) the frames still waiting for a next hop's MAC,
+    /// returning their chunks to the arena: the worker is stopping.
+    pub fn drop_held(&mut self) {
+        self.pipeline.drop_held(&mut self.arena);
+    }
+
     /// The pipeline, writable.
     pub fn pipeline_mut(&mut self) -> &mut Pipeline {
         &mut self.pipeline
@@ -321,6 +327,13 @@ impl Worker {
                 &mut self.tx,
                 now,
             );
+            self.flush();
+        }
+        if self.pipeline.held_frames() > 0 {
+            // Frames waiting for a next hop's MAC leave as soon as it is
+            // known (an entry the control thread set arrives without a
+            // frame) and are freed when they waited too long.
+            self.pipeline.poll_held(&mut self.arena, &mut self.tx, now);
             self.flush();
         }
         for port in &mut self.ports {

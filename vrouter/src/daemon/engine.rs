@@ -148,7 +148,9 @@ impl WorkerHandle {
                     tracing::warn!(worker = index, core = id, "could not pin the worker");
                 }
                 let last = poll_loop(&mut worker, &rx, polling, &s, &l);
-                // Graceful stop: ports release their frames, programs detach.
+                // Graceful stop: held frames are dropped (and counted),
+                // ports release their frames, programs detach.
+                worker.drop_held();
                 for id in 0..worker.port_slots() {
                     worker.detach_port(id as PortId);
                 }

@@ -104,6 +104,19 @@ pub fn render(snapshots: &[WorkerSnapshot], ports: &[PortRow], routes: u64) -> S
         registry.register(*name, *help, f);
     }
     registry.register("worker_drops", "Frames dropped, by reason", drops);
+    let held = Family::<WorkerLabels, Gauge>::default();
+    for (i, snapshot) in snapshots.iter().enumerate() {
+        let w = WorkerLabels {
+            worker: i.to_string(),
+        };
+        held.get_or_create(&w)
+            .set(i64::try_from(snapshot.counters.neighbor_held).unwrap_or(i64::MAX));
+    }
+    registry.register(
+        "worker_neighbor_held",
+        "Frames waiting now for their next hop's MAC",
+        held,
+    );
     let rx_p = Family::<PortLabels, Counter>::default();
     let rx_b = Family::<PortLabels, Counter>::default();
     let tx_p = Family::<PortLabels, Counter>::default();
@@ -159,7 +172,7 @@ pub fn render(snapshots: &[WorkerSnapshot], ports: &[PortRow], routes: u64) -> S
 }
 
 /// Per-worker counter series: name and help, in [`worker_values`] order.
-const WORKER_SERIES: [(&str, &str); 18] = [
+const WORKER_SERIES: [(&str, &str); 19] = [
     ("worker_rx_packets", "Frames received by the worker"),
     ("worker_rx_bytes", "Bytes received by the worker"),
     ("worker_tx_packets", "Frames transmitted by the worker"),
@@ -196,9 +209,13 @@ const WORKER_SERIES: [(&str, &str); 18] = [
         "worker_cpu_system_microseconds",
         "CPU time of the worker thread in the kernel (sendto, recvfrom, poll)",
     ),
+    (
+        "worker_neighbor_released",
+        "Frames sent after waiting for their next hop's MAC",
+    ),
 ];
 
-fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 18] {
+fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 19] {
     let c = &snapshot.counters;
     let h = &snapshot.handoff;
     [
@@ -220,6 +237,7 @@ fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 18] {
         h.returned,
         snapshot.cpu_user_us,
         snapshot.cpu_system_us,
+        c.neighbor_released,
     ]
 }
 

@@ -130,19 +130,20 @@ pub fn build(cfg: &RunConfig) -> anyhow::Result<Dataplane> {
     drop(reader);
     let n_workers = workers.len();
 
-    // Steering: pod prefixes are the prefixes routed to ports and to tunnels
-    // (what the vrouter must see); the node address turns on IPIP/VXLAN.
+    // Steering: pod prefixes are the prefixes routed to ports, to tunnels
+    // and natively via a gateway (what the vrouter must see), as `serve`
+    // does; a default route stays out, it would pull in all the node's
+    // traffic. The node address turns on IPIP/VXLAN.
     if let Some(s) = &steering {
         s.set_node(cfg.node, cfg.vxlan_port)
             .context("set the node address in the steering map")?;
         let mut pod_prefixes: Vec<(Ipv4Addr, u8)> = cfg
             .routes
             .iter()
-            .filter(|r| {
-                matches!(
-                    r.target,
-                    RouteTarget::Port(_) | RouteTarget::Ipip(_) | RouteTarget::Vxlan(_)
-                )
+            .filter(|r| match r.target {
+                RouteTarget::Port(_) | RouteTarget::Ipip(_) | RouteTarget::Vxlan(_) => true,
+                RouteTarget::Via(..) => r.prefix.prefix_len() > 0,
+                _ => false,
             })
             .filter_map(|r| match r.prefix {
                 ipnet::IpNet::V4(n) => Some((n.network(), n.prefix_len())),
