@@ -8,112 +8,13 @@
 mod daemon_support;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use brindle_api::framing::Client;
-use daemon_support::{Daemon, FakeVrouter, free_port, wait_for};
+use brindle_tests::tls_etcd::TlsEtcd;
+use daemon_support::{Daemon, FakeVrouter, free_port};
 use serde_json::Value;
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("the openssl CLI");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// `<name>-ca.pem` and its key.
-fn make_ca(dir: &Path, name: &str) {
-    let (key, pem, subj) = (
-        format!("{name}-ca.key"),
-        format!("{name}-ca.pem"),
-        format!("/CN={name} CA"),
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &pem,
-            "-days",
-            "2",
-            "-subj",
-            &subj,
-        ],
-    );
-}
-
-/// `<cert>.pem` and `<cert>.key`, signed by the `good` CA.
-fn make_cert(dir: &Path, cert: &str, ext: &str) {
-    let (key, csr, pem, extfile) = (
-        format!("{cert}.key"),
-        format!("{cert}.csr"),
-        format!("{cert}.pem"),
-        format!("{cert}.ext"),
-    );
-    std::fs::write(dir.join(&extfile), ext).unwrap();
-    let subj = format!("/CN={cert}");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            &subj,
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "good-ca.pem",
-            "-CAkey",
-            "good-ca.key",
-            "-CAcreateserial",
-            "-out",
-            &pem,
-            "-days",
-            "2",
-            "-extfile",
-            &extfile,
-        ],
-    );
-}
-
-struct Etcd(Child);
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn env(dir: &Path, url: &str, ca: &str) -> Vec<(String, String)> {
     let d = dir.display();
@@ -144,45 +45,9 @@ fn env(dir: &Path, url: &str, ca: &str) -> Vec<(String, String)> {
 #[test]
 #[ignore = "starts a real etcd with TLS (needs etcd-server and openssl)"]
 fn the_daemon_uses_etcd_over_tls_with_its_client_certificate_and_refuses_a_wrong_ca() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    make_ca(d, "good");
-    make_ca(d, "other");
-    make_cert(
-        d,
-        "server",
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    );
-    make_cert(d, "client", "extendedKeyUsage=clientAuth\n");
-    let (client, peer) = (free_port(), free_port());
-    let url = format!("https://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let _etcd = Etcd(
-        Command::new("etcd")
-            .args(["--name", "t", "--data-dir"])
-            .arg(d.join("etcd"))
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .arg(format!("--initial-cluster=t={peer_url}"))
-            .args(["--cert-file", "server.pem", "--key-file", "server.key"])
-            .args(["--trusted-ca-file", "good-ca.pem", "--client-cert-auth"])
-            .current_dir(d)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcd (Debian package etcd-server) must be installed"),
-    );
-    let addr = format!("127.0.0.1:{client}");
-    wait_for("etcd", Duration::from_secs(20), || {
-        std::net::TcpStream::connect(&addr).is_ok()
-    })
-    .unwrap();
+    let etcd = TlsEtcd::start().unwrap();
+    let d = etcd.dir();
+    let url = etcd.url.clone();
 
     // A wrong CA: the daemon exits at start, naming the certificate problem.
     let out = Command::new(env!("CARGO_BIN_EXE_brindle-ctrl"))

@@ -4,3 +4,4 @@
 
 pub mod lab;
 pub mod netns;
+pub mod tls_etcd;
