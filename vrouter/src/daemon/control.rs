@@ -733,7 +733,10 @@ impl Control {
         let Some((&first_uplink, _)) = uplinks.iter().next() else {
             return;
         };
-        let mut wanted: Vec<(String, Ipv4Addr)> = Vec::new();
+        // The distinct next hops first (a handful, against up to a million
+        // routes walked under the control lock): no allocation and no map
+        // lookup per route, only per distinct hop below.
+        let mut hops: Vec<(&str, Ipv4Addr)> = Vec::new();
         for t in self.routes.values() {
             let hop = match t {
                 api::RouteTarget::Encap { remote, .. } if self.pipeline.on_link(*remote) => {
@@ -748,15 +751,21 @@ impl Control {
                 } if uplinks.contains_key(port.as_str()) => Some((port.as_str(), *via)),
                 _ => None,
             };
-            if let Some((dev, addr)) = hop
-                && !self
-                    .neighbors
-                    .contains_key(&(dev.to_owned(), IpAddr::V4(addr)))
-                && !wanted.iter().any(|(d, a)| d == dev && *a == addr)
+            if let Some(hop) = hop
+                && !hops.contains(&hop)
             {
-                wanted.push((dev.to_owned(), addr));
+                hops.push(hop);
             }
         }
+        let wanted: Vec<(String, Ipv4Addr)> = hops
+            .into_iter()
+            .map(|(dev, addr)| (dev.to_owned(), addr))
+            .filter(|(dev, addr)| {
+                !self
+                    .neighbors
+                    .contains_key(&(dev.clone(), IpAddr::V4(*addr)))
+            })
+            .collect();
         if wanted.is_empty() {
             return;
         }
