@@ -66,17 +66,26 @@ impl RouteRun {
     }
 }
 
-/// `items` in pieces of at most `cap`, without copying when it fits.
-fn chunks<T>(mut items: Vec<T>, cap: usize) -> Vec<Vec<T>> {
-    let mut pieces = Vec::new();
-    while items.len() > cap {
-        let rest = items.split_off(cap);
-        pieces.push(std::mem::replace(&mut items, rest));
+/// `items` in pieces of at most `cap`, without copying when it fits and
+/// moving each item once when it does not (`split_off` from the front
+/// would move the remainder again for every piece).
+fn chunks<T>(items: Vec<T>, cap: usize) -> Vec<Vec<T>> {
+    if items.len() <= cap {
+        return if items.is_empty() {
+            Vec::new()
+        } else {
+            vec![items]
+        };
     }
-    if !items.is_empty() {
-        pieces.push(items);
+    let mut pieces = Vec::with_capacity(items.len().div_ceil(cap));
+    let mut rest = items.into_iter();
+    loop {
+        let piece: Vec<T> = rest.by_ref().take(cap).collect();
+        if piece.is_empty() {
+            return pieces;
+        }
+        pieces.push(piece);
     }
-    pieces
 }
 
 /// `reqs` with each run of route requests replaced by its net effect in
