@@ -384,6 +384,21 @@ fn mac(m: &[u8]) -> String {
     ethernet::MacAddr::from_bytes(m).to_string()
 }
 
+/// `None` when the transmitted frames `got` equal `want` (port and bytes,
+/// in order); else both lists, each frame decoded by [`describe`] and
+/// dumped, for a test's failure message.
+pub fn frames_diff(got: &[(PortId, Vec<u8>)], want: &[(PortId, Vec<u8>)]) -> Option<String> {
+    if got == want {
+        return None;
+    }
+    let show = |v: &[(PortId, Vec<u8>)]| {
+        v.iter()
+            .map(|(p, f)| format!("  port {p}: {}\n    {:02x?}", describe(f), f))
+            .collect::<String>()
+    };
+    Some(format!(" got:\n{}\n want:\n{}", show(got), show(want)))
+}
+
 /// A one-line decoded summary of an Ethernet frame (slow path: the demo
 /// and test failure messages). Tunnels are decoded to the inner packet.
 pub fn describe(frame: &[u8]) -> String {
@@ -790,6 +805,20 @@ pub fn run(w: &mut dyn Write, pcap_dir: Option<&Path>) -> io::Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn frames_diff_is_none_for_equal_lists_and_names_ports_and_bytes_otherwise() {
+        let frame = vec![0xaa; 14];
+        let same = [(1, frame.clone())];
+        assert_eq!(super::frames_diff(&same, &same), None);
+        let diff = super::frames_diff(&same, &[(2, frame)]).expect("ports differ");
+        assert!(
+            diff.contains("port 1:") && diff.contains("port 2:"),
+            "{diff}"
+        );
+        assert!(diff.contains("aa, aa"), "{diff}");
+        assert!(super::frames_diff(&same, &[]).is_some());
+    }
+
     #[test]
     fn the_demo_writes_readable_captures() {
         let dir = tempfile::tempdir().unwrap();

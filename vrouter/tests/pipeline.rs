@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use brindle_vrouter::counters::{Counters, DropReason};
 use brindle_vrouter::demo::frames::{self, ethernet, ipv4_header, udp_frame, udp_packet};
-use brindle_vrouter::demo::{Node, addr::*, describe, ports};
+use brindle_vrouter::demo::{Node, addr::*, describe, frames_diff, ports};
 use brindle_vrouter::endpoint::{GATEWAY_MAC, GATEWAY_V4};
 use brindle_vrouter::fib::{Encap, NextHop};
 use brindle_vrouter::frame::PortId;
@@ -22,17 +22,9 @@ const PAYLOAD: [u8; 18] = [0x42; 18];
 
 /// Fails with decoded frames rather than byte dumps.
 fn assert_frames(got: &[(PortId, Vec<u8>)], want: &[(PortId, Vec<u8>)]) {
-    let show = |v: &[(PortId, Vec<u8>)]| {
-        v.iter()
-            .map(|(p, f)| format!("  port {p}: {}\n    {:02x?}", describe(f), f))
-            .collect::<String>()
-    };
-    assert!(
-        got == want,
-        "frames differ\n got:\n{}\n want:\n{}",
-        show(got),
-        show(want)
-    );
+    if let Some(diff) = frames_diff(got, want) {
+        panic!("frames differ\n{diff}");
+    }
 }
 
 /// Every test ends here: counters balance and every chunk is free again.

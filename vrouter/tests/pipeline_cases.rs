@@ -16,7 +16,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use brindle_vrouter::demo::frames::{self, ethernet, ipv4_header, udp_frame, udp_packet};
-use brindle_vrouter::demo::{Node, addr::*, describe, ports};
+use brindle_vrouter::demo::{Node, addr::*, frames_diff, ports};
 use brindle_vrouter::endpoint::{GATEWAY_MAC, GATEWAY_V4};
 use brindle_vrouter::fib::NextHop;
 use brindle_vrouter::frame::PortId;
@@ -514,17 +514,9 @@ const VXLAN_SRC_PORT: u16 = 40776;
 
 /// Fails with decoded frames rather than byte dumps.
 fn compare(case: &str, n: usize, got: &[(PortId, Vec<u8>)], want: &[(PortId, Vec<u8>)]) {
-    let show = |v: &[(PortId, Vec<u8>)]| {
-        v.iter()
-            .map(|(p, f)| format!("  port {p}: {}\n    {:02x?}", describe(f), f))
-            .collect::<String>()
-    };
-    assert!(
-        got == want,
-        "{case}, step {n}: frames differ\n got:\n{}\n want:\n{}",
-        show(got),
-        show(want)
-    );
+    if let Some(diff) = frames_diff(got, want) {
+        panic!("{case}, step {n}: frames differ\n{diff}");
+    }
 }
 
 #[test]

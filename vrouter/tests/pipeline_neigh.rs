@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 
 use brindle_vrouter::counters::DropReason;
 use brindle_vrouter::demo::frames::{self, ethernet, ipv4_header, udp_frame, udp_packet};
-use brindle_vrouter::demo::{Node, addr::*, describe, ports};
+use brindle_vrouter::demo::{Node, addr::*, frames_diff, ports};
 use brindle_vrouter::endpoint::GATEWAY_MAC;
 use brindle_vrouter::fib::NextHop;
 use brindle_vrouter::frame::PortId;
@@ -17,17 +17,9 @@ use brindle_vrouter::neigh::{UNRESOLVED_QUEUE_LEN, UNRESOLVED_TIMEOUT};
 const PEER_MAC: [u8; 6] = [0x02, 0, 0xc0, 0xa8, 0, 0x04];
 
 fn assert_frames(got: &[(PortId, Vec<u8>)], want: &[(PortId, Vec<u8>)]) {
-    let show = |v: &[(PortId, Vec<u8>)]| {
-        v.iter()
-            .map(|(p, f)| format!("  port {p}: {}\n    {:02x?}", describe(f), f))
-            .collect::<String>()
-    };
-    assert!(
-        got == want,
-        "frames differ\n got:\n{}\n want:\n{}",
-        show(got),
-        show(want)
-    );
+    if let Some(diff) = frames_diff(got, want) {
+        panic!("frames differ\n{diff}");
+    }
 }
 
 /// Pod A's UDP datagram number `n` (the payload says which).
