@@ -20,7 +20,7 @@ use crate::endpoint::Endpoint;
 use crate::fib::{Encap, Fib, FibChange, NextHop};
 use crate::frame::{Port, PortId};
 use crate::pipeline::{PipelineConfig, vtep_mac};
-use crate::port::handoff::{FrameHomes, RemotePort};
+use crate::port::handoff::FrameHomes;
 use crate::port::packet::PacketPort;
 use crate::port::xdp::{LinkInfo, XdpPort, XdpPortConfig};
 use crate::wire::udp::UdpChecksum;
@@ -394,27 +394,10 @@ impl Control {
                 }
             };
             let owners: Vec<usize> = parts.iter().map(|(w, _)| *w).collect();
-            let primary = owners.first().copied().unwrap_or(0);
-            let mut by_worker: Vec<Option<Box<dyn Port>>> =
-                (0..self.workers.len()).map(|_| None).collect();
-            for (w, p) in parts {
-                by_worker[w] = Some(p);
-            }
-            for (w, part) in by_worker.into_iter().enumerate() {
-                let (port, remote): (Box<dyn Port>, bool) = match part {
-                    Some(p) => (p, false),
-                    None => (
-                        Box::new(RemotePort::new(
-                            &spec.name,
-                            link.mac,
-                            link.mtu,
-                            id,
-                            primary,
-                            self.homes.home(w),
-                        )),
-                        true,
-                    ),
-                };
+            let placed = self
+                .homes
+                .place_port(parts, &spec.name, link.mac, link.mtu, id);
+            for (w, (port, remote)) in placed.into_iter().enumerate() {
                 self.send_to(
                     w,
                     WorkerCmd::SetPort {

@@ -20,7 +20,6 @@ use crate::endpoint::{Endpoint, PortKind};
 use crate::fib::{Encap, Fib, NextHop};
 use crate::frame::{Port, PortId};
 use crate::pipeline::PipelineConfig;
-use crate::port::handoff::RemotePort;
 use crate::port::packet::PacketPort;
 use crate::port::xdp::{LinkInfo, XdpPort, XdpPortConfig};
 use crate::worker::Worker;
@@ -235,29 +234,8 @@ pub fn build(cfg: &RunConfig) -> anyhow::Result<Dataplane> {
             },
         };
         let id = workers[0].port_slots() as PortId;
-        let owner = parts.first().map_or(0, |(w, _)| *w);
-        let mut parts: Vec<Option<Box<dyn Port>>> = {
-            let mut v: Vec<Option<Box<dyn Port>>> = (0..n_workers).map(|_| None).collect();
-            for (w, p) in parts {
-                v[w] = Some(p);
-            }
-            v
-        };
-        for (w, worker) in workers.iter_mut().enumerate() {
-            let (port, remote): (Box<dyn Port>, bool) = match parts[w].take() {
-                Some(p) => (p, false),
-                None => (
-                    Box::new(RemotePort::new(
-                        &spec.name,
-                        link.mac,
-                        link.mtu,
-                        id,
-                        owner,
-                        homes.home(w),
-                    )),
-                    true,
-                ),
-            };
+        let placed = homes.place_port(parts, &spec.name, link.mac, link.mtu, id);
+        for (worker, (port, remote)) in workers.iter_mut().zip(placed) {
             worker.set_port_remote(id, port, endpoint.clone(), remote);
         }
         ids.insert(spec.name.clone(), id);

@@ -112,6 +112,40 @@ impl FrameHomes {
         }
     }
 
+    /// Port slot `id` as each worker gets it, in worker order: the part of
+    /// the port that worker owns (`parts`: worker, part), or for a worker
+    /// without one a [`RemotePort`] that hands frames to the first owner
+    /// (`true` beside it marks the stand-in).
+    pub fn place_port(
+        self: &Arc<Self>,
+        parts: Vec<(usize, Box<dyn Port>)>,
+        name: &str,
+        mac: [u8; 6],
+        mtu: u32,
+        id: PortId,
+    ) -> Vec<(Box<dyn Port>, bool)> {
+        let owner = parts.first().map_or(0, |(w, _)| *w);
+        let mut by_worker: Vec<Option<Box<dyn Port>>> =
+            (0..self.mailboxes.len()).map(|_| None).collect();
+        for (w, part) in parts {
+            if let Some(slot) = by_worker.get_mut(w) {
+                *slot = Some(part);
+            }
+        }
+        by_worker
+            .into_iter()
+            .enumerate()
+            .map(|(w, part)| match part {
+                Some(p) => (p, false),
+                None => (
+                    Box::new(RemotePort::new(name, mac, mtu, id, owner, self.home(w)))
+                        as Box<dyn Port>,
+                    true,
+                ),
+            })
+            .collect()
+    }
+
     /// Publishes (or clears) the peer MAC of port slot `id`.
     pub fn set_peer_mac(&self, id: PortId, mac: Option<[u8; 6]>) {
         if let Some(slot) = self.peer_macs.get(id as usize) {
