@@ -28,7 +28,7 @@ use rtnetlink::{MulticastGroup, RouteMessageBuilder};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::neighbors::NeighborError;
+use crate::neighbors::{NeighborError, Subscription};
 
 /// The table a route message belongs to (the attribute when the header's
 /// 8-bit field cannot hold it).
@@ -92,14 +92,13 @@ pub async fn watch(
     uplink: String,
     tx: mpsc::UnboundedSender<Option<Ipv4Addr>>,
 ) -> Result<(), NeighborError> {
-    let ifindex = nix::net::if_::if_nametoindex(uplink.as_str())
-        .map_err(|_| NeighborError::NoUplink(uplink.clone()))?;
     // Subscribe before dumping so a change between the two is not lost.
-    let (conn, handle, mut events) =
-        rtnetlink::new_multicast_connection(&[MulticastGroup::Ipv4Route])
-            .map_err(|e| NeighborError::Netlink(e.to_string()))?;
-    let conn_task = tokio::spawn(conn);
-    let _abort = AbortOnDrop(conn_task);
+    let Subscription {
+        ifindex,
+        handle,
+        mut events,
+        _driver,
+    } = Subscription::open(&uplink, &[MulticastGroup::Ipv4Route])?;
     let dump = || async {
         let mut routes = Vec::new();
         let mut stream = handle
@@ -134,14 +133,6 @@ pub async fn watch(
     }
     warn!(%uplink, "the netlink route stream ended");
     Err(NeighborError::Netlink("the route stream ended".into()))
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 #[cfg(test)]

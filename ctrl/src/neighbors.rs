@@ -104,14 +104,14 @@ pub async fn watch(
     uplink: String,
     tx: mpsc::UnboundedSender<Vec<NeighborChange>>,
 ) -> Result<(), NeighborError> {
-    let ifindex = nix::net::if_::if_nametoindex(uplink.as_str())
-        .map_err(|_| NeighborError::NoUplink(uplink.clone()))?;
     // Subscribe before dumping so nothing between the two is lost (a change
     // seen twice is harmless: the result is a value, applied idempotently).
-    let (conn, handle, mut events) = rtnetlink::new_multicast_connection(&[MulticastGroup::Neigh])
-        .map_err(|e| NeighborError::Netlink(e.to_string()))?;
-    let conn_task = tokio::spawn(conn);
-    let _abort = AbortOnDrop(conn_task);
+    let Subscription {
+        ifindex,
+        handle,
+        mut events,
+        _driver,
+    } = Subscription::open(&uplink, &[MulticastGroup::Neigh])?;
     let mut dump = handle.neighbours().get().execute();
     let mut initial = Vec::new();
     while let Some(msg) = dump.next().await {
@@ -145,7 +145,36 @@ pub async fn watch(
     Err(NeighborError::Netlink("the neighbour stream ended".into()))
 }
 
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+/// An rtnetlink connection subscribed to multicast groups, for following
+/// one of `uplink`'s kernel tables: the uplink's index, the handle for
+/// dumps, the stream of events, and the connection's driver task, aborted
+/// when this is dropped.
+pub(crate) struct Subscription {
+    pub(crate) ifindex: u32,
+    pub(crate) handle: rtnetlink::Handle,
+    pub(crate) events: futures::channel::mpsc::UnboundedReceiver<(
+        rtnetlink::packet_core::NetlinkMessage<netlink_packet_route::RouteNetlinkMessage>,
+        rtnetlink::sys::SocketAddr,
+    )>,
+    pub(crate) _driver: AbortOnDrop,
+}
+
+impl Subscription {
+    pub(crate) fn open(uplink: &str, groups: &[MulticastGroup]) -> Result<Self, NeighborError> {
+        let ifindex = nix::net::if_::if_nametoindex(uplink)
+            .map_err(|_| NeighborError::NoUplink(uplink.to_owned()))?;
+        let (conn, handle, events) = rtnetlink::new_multicast_connection(groups)
+            .map_err(|e| NeighborError::Netlink(e.to_string()))?;
+        Ok(Subscription {
+            ifindex,
+            handle,
+            events,
+            _driver: AbortOnDrop(tokio::spawn(conn)),
+        })
+    }
+}
+
+pub(crate) struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
