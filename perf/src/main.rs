@@ -211,14 +211,7 @@ fn run(args: RunArgs) -> Result<()> {
             eprintln!("brindle-perf: {e}");
         }
     }
-    println!(
-        "\nkernel {}, {} x {}, load {} -> {}\n",
-        report.machine.kernel,
-        report.machine.cores,
-        report.machine.cpu_model,
-        report.machine.load_at_start,
-        report.machine.load_at_end
-    );
+    println!("\n{}\n", report.machine);
     print!("{}", table(&report));
     for s in &report.scenarios {
         for n in &s.notes {

@@ -24,6 +24,17 @@ pub struct Machine {
     pub load_at_end: String,
 }
 
+impl std::fmt::Display for Machine {
+    /// The line printed under every results table.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "kernel {}, {} x {}, load {} -> {}",
+            self.kernel, self.cores, self.cpu_model, self.load_at_start, self.load_at_end
+        )
+    }
+}
+
 impl Machine {
     /// Reads /proc.
     pub fn describe() -> Machine {

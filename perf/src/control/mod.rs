@@ -480,14 +480,7 @@ pub fn run(args: ControlArgs) -> Result<()> {
     }
     std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
         .with_context(|| format!("write {}", args.json.display()))?;
-    println!(
-        "\nkernel {}, {} x {}, load {} -> {}\n",
-        report.machine.kernel,
-        report.machine.cores,
-        report.machine.cpu_model,
-        report.machine.load_at_start,
-        report.machine.load_at_end
-    );
+    println!("\n{}\n", report.machine);
     print!("{}", table(&report));
     let failed: Vec<&Check> = report.checks().filter(|c| !c.passed).collect();
     for c in report.checks() {
