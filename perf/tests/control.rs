@@ -2,10 +2,9 @@
 //! counted, every pod has its address and nothing is left after DEL, for
 //! brindle and for bridge + host-local; with 10k routes every route GoBGP
 //! announced is found in the vrouter's FIB, exactly. Needs root and the
-//! release binaries: `cargo build --release -p brindle-ctrl -p
-//! brindle-vrouter -p brindle-cni -p brindle-ipam` first; they are looked
-//! for in `$BRINDLE_BIN_DIR`, else `$CARGO_TARGET_DIR/release`, else
-//! `target/release` of the workspace.
+//! workspace's binaries, built before the tests (`cargo build --workspace
+//! --bins`, as `cargo xtask test` does): they are looked for in
+//! `$BRINDLE_BIN_DIR`, else beside this test (`<target>/<profile>`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -19,13 +18,7 @@ use brindle_perf::topo;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn bin_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("BRINDLE_BIN_DIR") {
-        return d.into();
-    }
-    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
-        return PathBuf::from(t).join("release");
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release")
+    brindle_tests::built_binaries("BRINDLE_BIN_DIR")
 }
 
 #[test]

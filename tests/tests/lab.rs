@@ -12,17 +12,7 @@ use std::process::Command;
 use brindle_tests::lab::{self, LabConfig};
 
 fn bin_dir() -> PathBuf {
-    std::env::var_os("BRINDLE_LAB_BIN_DIR").map_or_else(
-        || {
-            let exe = std::env::current_exe().expect("the test's own path");
-            // <target>/<profile>/deps/lab-<hash> -> <target>/<profile>
-            exe.parent()
-                .and_then(|deps| deps.parent())
-                .expect("the test runs from <target>/<profile>/deps")
-                .to_path_buf()
-        },
-        PathBuf::from,
-    )
+    brindle_tests::built_binaries("BRINDLE_LAB_BIN_DIR")
 }
 
 /// Runs the lab and checks that it proved connectivity and left nothing:
