@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use brindle_api::framing::Client;
-use brindle_tests::tls_etcd::TlsEtcd;
+use brindle_testkit::tls_etcd::TlsEtcd;
 use daemon_support::{Daemon, FakeVrouter, free_port};
 use serde_json::Value;
 

@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 use brindle_ipam::store::{Datastore, EtcdStore, EtcdTls, StoreError};
 
-/// The shared TLS etcd (`brindle_tests::tls_etcd`), with this crate's
+/// The shared TLS etcd (`brindle_testkit::tls_etcd`), with this crate's
 /// client on top.
-struct TlsEtcd(brindle_tests::tls_etcd::TlsEtcd);
+struct TlsEtcd(brindle_testkit::tls_etcd::TlsEtcd);
 
 impl TlsEtcd {
     /// Starts it and waits until a TLS client gets an answer.
     fn start() -> TlsEtcd {
-        let etcd = TlsEtcd(brindle_tests::tls_etcd::TlsEtcd::start().unwrap());
+        let etcd = TlsEtcd(brindle_testkit::tls_etcd::TlsEtcd::start().unwrap());
         let deadline = Instant::now() + Duration::from_secs(30);
         while etcd
             .connect(&etcd.tls("good", true))

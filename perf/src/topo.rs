@@ -103,9 +103,9 @@ fn prefix(role: &str) -> String {
 }
 
 /// A name unique to this process and call, `bp<role><pid>x<n>`
-/// (`brindle_tests::netns::unique`).
+/// (`brindle_testkit::netns::unique`).
 pub fn unique(role: &str) -> String {
-    brindle_tests::netns::unique(&prefix(role))
+    brindle_testkit::netns::unique(&prefix(role))
 }
 
 /// A failure of the shared helpers, with the command that failed.
@@ -118,14 +118,14 @@ fn failed(cmd: &[&str], e: anyhow::Error) -> TopoError {
 
 /// A network namespace, deleted on drop with everything inside it
 /// (veths, routes, iptables rules, ipsets, conntrack entries). The
-/// namespace itself is `brindle_tests::netns::Netns`; this adds the
+/// namespace itself is `brindle_testkit::netns::Netns`; this adds the
 /// registry the Ctrl-C watcher cleans up from, and typed errors.
 pub struct Netns {
     /// Its name under /var/run/netns.
     pub name: String,
     /// Deletes the namespace when dropped (after `Drop for Netns` took the
     /// name off the registry).
-    inner: brindle_tests::netns::Netns,
+    inner: brindle_testkit::netns::Netns,
 }
 
 impl std::fmt::Debug for Netns {
@@ -138,7 +138,7 @@ impl Netns {
     /// Creates `bp<role><pid>x<n>` with loopback up.
     pub fn new(role: &str) -> Result<Netns, TopoError> {
         let prefix = prefix(role);
-        let inner = brindle_tests::netns::Netns::new(&prefix)
+        let inner = brindle_testkit::netns::Netns::new(&prefix)
             .map_err(|e| failed(&["ip", "netns", "add", &prefix], e))?;
         let name = inner.name.clone();
         LIVE.lock()

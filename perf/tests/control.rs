@@ -18,7 +18,7 @@ use brindle_perf::topo;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn bin_dir() -> PathBuf {
-    brindle_tests::built_binaries("BRINDLE_BIN_DIR")
+    brindle_testkit::built_binaries("BRINDLE_BIN_DIR")
 }
 
 #[test]

@@ -554,7 +554,7 @@ mod xdp {
     use std::time::{Duration, Instant};
 
     use anyhow::{Context, Result, bail};
-    use brindle_tests::netns::Netns;
+    use brindle_testkit::netns::Netns;
     use brindle_vrouter::demo::Node;
     use brindle_vrouter::frame::{Port, PortId};
     use brindle_vrouter::port::xdp::{LinkInfo, XdpPort, XdpPortConfig, umem_arena};
@@ -758,7 +758,7 @@ mod xdp {
 
     pub(super) fn run_every_case() -> Result<()> {
         let ns = topology()?;
-        let result = brindle_tests::netns::in_netns(&ns, move || {
+        let result = brindle_testkit::netns::in_netns(&ns, move || {
             let mut peers = VETHS
                 .iter()
                 .map(|(_, peer)| Peer::open(peer))

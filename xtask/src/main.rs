@@ -297,12 +297,12 @@ fn bench(args: &[String]) -> Result<()> {
 fn lab(args: &[String]) -> Result<()> {
     if args.first().map(String::as_str) == Some("down") {
         step("lab down");
-        return brindle_tests::lab::down();
+        return brindle_lab::down();
     }
     if !is_root() {
         bail!("the lab needs root (network namespaces, XDP)");
     }
-    let mut cfg = brindle_tests::lab::LabConfig::new(PathBuf::new());
+    let mut cfg = brindle_lab::LabConfig::new(PathBuf::new());
     let mut subnets = None;
     let mut build = true;
     let mut it = args.iter();
@@ -347,7 +347,7 @@ fn lab(args: &[String]) -> Result<()> {
     let target =
         env::var("CARGO_TARGET_DIR").map_or_else(|_| PathBuf::from("target"), PathBuf::from);
     cfg.bin_dir = std::fs::canonicalize(target.join("release"))?;
-    let report = brindle_tests::lab::run(&cfg)?;
+    let report = brindle_lab::run(&cfg)?;
     match &report.failed_step {
         None if report.success() => Ok(()),
         Some(step) => bail!("the lab failed: {step}"),

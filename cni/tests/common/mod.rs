@@ -1,5 +1,5 @@
 //! Helpers for the root integration tests: namespaces with Drop guards
-//! (`brindle_tests::netns`), a stand-in host netns, a stand-in node daemon
+//! (`brindle_testkit::netns`), a stand-in host netns, a stand-in node daemon
 //! on a real Unix socket, and exec of the built plugin exactly as a runtime
 //! does it (environment + config on stdin).
 #![allow(dead_code)]
@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 // name these tests have always used for `run`. Each target including this
 // module (the tests, the bench) uses its own subset.
 #[allow(unused_imports)]
-pub use brindle_tests::netns::{Netns, run as sh, unique};
+pub use brindle_testkit::netns::{Netns, run as sh, unique};
 
 /// A fresh "host" netns for the plugin to run in, with a stand-in uplink
 /// (`up0`, MTU `uplink_mtu`) holding the default route, so the tests never

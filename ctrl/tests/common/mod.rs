@@ -1,6 +1,6 @@
 //! Namespace helpers for this crate's root-only tests: the generic ones
 //! (unique names, `Netns` deleted on drop, `run`, `in_netns`) come from
-//! `brindle_tests::netns`; what only BGP tests need (a daemon killed on
+//! `brindle_testkit::netns`; what only BGP tests need (a daemon killed on
 //! drop, a veth between two namespaces, our speaker on a thread inside a
 //! namespace) stays here. `benches/learn_routes.rs` includes this file by
 //! path.
@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{Context, Result};
 use brindle_ctrl::bgp::rib::RouteChange;
 use brindle_ctrl::bgp::speaker::{Speaker, SpeakerConfig};
-pub use brindle_tests::netns::{Netns, in_netns, run, unique};
+pub use brindle_testkit::netns::{Netns, in_netns, run, unique};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// A daemon process, killed on drop.

@@ -1,7 +1,7 @@
 //! Helpers of the root-only daemon tests: Calico-shaped pods made by the
 //! test and deleted on drop, and the vrouter process, stopped and reaped on
 //! drop (also when an assertion fails), and counter parsing. Namespaces,
-//! commands, TCP exchanges and captures are `brindle_tests::netns`'s.
+//! commands, TCP exchanges and captures are `brindle_testkit::netns`'s.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 #[allow(unused_imports)]
-pub use brindle_tests::netns::{Capture, Netns, in_netns, run, tcp_exchange, unique};
+pub use brindle_testkit::netns::{Capture, Netns, in_netns, run, tcp_exchange, unique};
 
 /// A pod as Calico's CNI plugin makes it: eth0 with a /32 and a fixed MAC,
 /// a link-scope route to 169.254.1.1 and the default route via it; the

@@ -1,6 +1,6 @@
 //! Helpers of the root-only tests: threads that run inside a namespace
 //! (borrowing from the test), veths, frame builders. Namespaces and
-//! commands are `brindle_tests::netns`'s.
+//! commands are `brindle_testkit::netns`'s.
 #![allow(dead_code)]
 
 use std::fs::File;
@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use anyhow::Result;
 #[allow(unused_imports)]
-pub use brindle_tests::netns::{Netns, run, unique};
+pub use brindle_testkit::netns::{Netns, run, unique};
 use brindle_xsk::{Desc, Umem, XdpStats, XskSocket};
 use nix::sched::{CloneFlags, setns};
 
@@ -21,7 +21,7 @@ pub fn unique_octet() -> u8 {
 }
 
 /// Running a closure inside a namespace on a scoped thread (it may borrow
-/// from the test), which `brindle_tests::netns::in_netns` (a `'static`
+/// from the test), which `brindle_testkit::netns::in_netns` (a `'static`
 /// thread) does not allow.
 pub trait Enter {
     /// Runs `f` on a thread that lives in this namespace.

@@ -14,7 +14,7 @@
 //!   install what they should, and the systemd units pass
 //!   `systemd-analyze verify`.
 //!
-//! Run: `cargo test -p brindle-tests --test deploy` (no root needed; needs
+//! Run: `cargo test -p brindle-deploy` (no root needed; needs
 //! `pip install kubernetes-validate==1.37.0`, which `cargo xtask deps` does).
 //! `BRINDLE_DEPLOY_BLESS=1` rewrites deploy/cni/10-brindle.conflist from the
 //! template instead of failing on a difference.
@@ -38,7 +38,7 @@ const PIP_INSTALL: &str = "pip install kubernetes-validate==1.37.0";
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
-        .expect("tests/ has a parent")
+        .expect("deploy/ has a parent")
         .to_path_buf()
 }
 

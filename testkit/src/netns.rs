@@ -41,6 +41,22 @@ pub fn run(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `ip netns exec NS PROGRAM` (which execs `PROGRAM` in place, so the
+/// child is the program itself and signals reach it), without the
+/// inherited `BRINDLE_*` variables: the daemons treat every `BRINDLE_`
+/// variable as configuration and refuse unknown ones, and a test's own
+/// gate or a developer's shell must not configure them by accident.
+pub fn command_in(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(program);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("BRINDLE_") {
+            c.env_remove(key);
+        }
+    }
+    c
+}
+
 /// A namespace, deleted (with its veths) on drop.
 pub struct Netns {
     /// Its name under /var/run/netns.

@@ -1,10 +1,19 @@
-//! Helpers for Brindle's whole-node tests: namespaces and veths with unique
-//! names, torn down on drop (also when a test fails).
+//! What the tests of every Brindle crate share: network namespaces with
+//! unique names deleted on drop ([`netns`]), a real etcd with TLS
+//! ([`tls_etcd`]), the directory of the built binaries
+//! ([`built_binaries`]), one polling helper ([`wait_for`]) and one guard
+//! for a daemon started as a child process ([`daemon::Daemon`]).
+//!
+//! It depends on no product crate, so that any crate (the CNI plugin
+//! included) can use it as a dev-dependency without a cycle.
 #![forbid(unsafe_code)]
 
-pub mod lab;
+pub mod daemon;
 pub mod netns;
 pub mod tls_etcd;
+mod wait;
+
+pub use wait::wait_for;
 
 /// The directory of the workspace binaries a test execs: `$<env_var>` if
 /// set, else the one beside the running test (`<target>/<profile>`, where

@@ -9,10 +9,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use brindle_tests::lab::{self, LabConfig};
+use brindle_lab::{self as lab, LabConfig};
 
 fn bin_dir() -> PathBuf {
-    brindle_tests::built_binaries("BRINDLE_LAB_BIN_DIR")
+    brindle_testkit::built_binaries("BRINDLE_LAB_BIN_DIR")
 }
 
 /// Runs the lab and checks that it proved connectivity and left nothing:

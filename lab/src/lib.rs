@@ -25,6 +25,7 @@
 //! pins) or lives under the state directory, so [`down`] can always remove
 //! a lab interrupted at any point: it kills every process in a `brl-`
 //! namespace, deletes the namespaces and the state directory.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::fs;
