@@ -84,6 +84,30 @@ fn exhaustion_is_real(
     Ok(())
 }
 
+/// A node holding more than one block holds no empty one: emptied blocks
+/// beyond a node's first give up their affinity.
+fn no_empty_block_beyond_the_first(ipam: &Ipam<MemoryStore>) -> Result<(), String> {
+    let blocks = ipam.blocks().unwrap();
+    for node in NODES {
+        let mine: Vec<_> = blocks
+            .iter()
+            .filter(|b| b.affinity.as_deref() == Some(node))
+            .collect();
+        if mine.len() > 1 && mine.iter().any(|b| b.allocated == 0) {
+            return Err(format!(
+                "{node} keeps an empty block beside another: {mine:?}"
+            ));
+        }
+    }
+    if let Some(orphan) = blocks
+        .iter()
+        .find(|b| b.affinity.is_none() && b.allocated == 0)
+    {
+        return Err(format!("an empty block nobody holds is kept: {orphan:?}"));
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -148,6 +172,9 @@ proptest! {
             }
             let problems = ipam.audit().unwrap();
             prop_assert!(problems.is_empty(), "audit: {:?}", problems);
+            if let Err(why) = no_empty_block_beyond_the_first(&ipam) {
+                return Err(TestCaseError::fail(why));
+            }
             let held: BTreeSet<IpAddr> = ipam.handles().unwrap().into_iter().flat_map(|h| h.addresses).collect();
             let expect: BTreeSet<IpAddr> = model.values().map(|(_, ip)| *ip).collect();
             prop_assert_eq!(held, expect, "datastore and model disagree");
@@ -156,7 +183,9 @@ proptest! {
         for c in model.keys() {
             ipam.release_handle(&handle(&format!("c{c}"))).unwrap();
         }
-        prop_assert!(ipam.blocks().unwrap().iter().all(|b| b.allocated == 0));
+        let blocks = ipam.blocks().unwrap();
+        prop_assert!(blocks.iter().all(|b| b.allocated == 0));
+        prop_assert!(blocks.len() <= NODES.len(), "one block at most per node: {:?}", blocks);
         prop_assert_eq!(ipam.status().unwrap().free, 16);
     }
 }

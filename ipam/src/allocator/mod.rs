@@ -9,6 +9,7 @@
 //! | `P/config/reservations/<name>` | [`Reservation`] |
 //! | `P/blocks/<addr>-<len>` | [`Block`] (allocations and affinity) |
 //! | `P/affinity/<node>/<addr>-<len>` | pool name (index of the node's blocks) |
+//! | `P/nodes/<node>` | [`NodeAffinity`]: bumped by every change of the node's affinities |
 //! | `P/handles/<network>/<container>/<ifname>` | [`HandleRecord`] |
 //!
 //! Every change is one transaction that compares the revisions of every key
@@ -17,6 +18,12 @@
 //! address is in a block's allocations exactly when it is in its handle's
 //! record. A failed compare means someone else changed what we read: re-read
 //! and try again.
+//!
+//! A node's set of affine blocks changes (a claim, a release of affinity) only
+//! with a compare on its `P/nodes/<node>` key as read before the node's
+//! affinities were listed: a claim made while another allocation for the same
+//! node claimed a block fails and re-reads, finding room in the new block,
+//! so parallel allocations claim only the blocks they need.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -26,8 +33,8 @@ use std::time::{Duration, Instant};
 use brindle_api::framing::RemoteErrorKind;
 use brindle_api::ipam::{AssignedAddress, Attributes, HandleId};
 use ipnet::IpNet;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::model::{Block, HandleRecord, IpamConfig, ModelError, Pool, Reservation};
 use crate::store::{Compare, Datastore, Entry, ScopeGuard, StoreError, Write};
@@ -123,6 +130,13 @@ impl Snapshot {
     fn pool_of(&self, ip: IpAddr) -> Option<&Pool> {
         self.pools.iter().find(|p| p.cidr.contains(&ip))
     }
+}
+
+/// The value of `P/nodes/<node>`: its revision is what claims and releases of
+/// the node's affinities compare; the count is for people reading the store.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+struct NodeAffinity {
+    changes: u64,
 }
 
 /// A problem found by [`Ipam::audit`].
@@ -337,6 +351,12 @@ impl<S: Datastore> Ipam<S> {
     }
     fn k_affinity(&self, node: &str, cidr: &IpNet) -> String {
         format!("{}/affinity/{node}/{}", self.prefix, net_key(cidr))
+    }
+    fn k_node(&self, node: &str) -> String {
+        format!("{}/nodes/{node}", self.prefix)
+    }
+    fn k_nodes(&self) -> String {
+        format!("{}/nodes/", self.prefix)
     }
     fn k_handles(&self) -> String {
         format!("{}/handles/", self.prefix)
@@ -553,7 +573,10 @@ impl<S: Datastore> Ipam<S> {
         let eligible = eligible_pools(&snap, args, v6)?;
         let is_eligible = |name: &str| eligible.iter().any(|p| p.name == name);
 
-        // 1. A free address in a block affine to this node.
+        // 1. A free address in a block affine to this node. The node's
+        // affinity record is read first: a claim below compares it.
+        let node_key = self.k_node(&args.node);
+        let node_entry = self.store.get(&node_key)?;
         let affinities = self.store.list(&self.k_affinities(&args.node))?;
         for a in &affinities {
             let Some(cidr_key) = a.key.rsplit('/').next() else {
@@ -602,10 +625,13 @@ impl<S: Datastore> Ipam<S> {
                     let rec = self.record_with(args, record.as_ref(), ip);
                     let bkey = self.k_block(&cidr);
                     let value = encode(&block);
+                    let (node_compare, node_write) =
+                        self.affinity_change(&node_key, node_entry.as_ref())?;
                     let rev = self.store.txn_revision(
                         &[
                             Compare::Absent(bkey.clone()),
                             Compare::unchanged(&hkey, handle_entry.as_ref()),
+                            node_compare,
                         ],
                         &[
                             Write::Put(bkey.clone(), value.clone()),
@@ -614,6 +640,7 @@ impl<S: Datastore> Ipam<S> {
                                 pool.name.clone().into_bytes(),
                             ),
                             Write::Put(hkey.clone(), encode(&rec)),
+                            node_write,
                         ],
                     )?;
                     let Some(rev) = rev else {
@@ -668,6 +695,21 @@ impl<S: Datastore> Ipam<S> {
                 snap.config.max_blocks_per_host.to_string()
             }
         )))
+    }
+
+    /// The compare and the write that make a transaction change the node's
+    /// affinities only if nobody else did since `entry` was read.
+    fn affinity_change(
+        &self,
+        node_key: &str,
+        entry: Option<&Entry>,
+    ) -> Result<(Compare, Write), IpamError> {
+        let mut record: NodeAffinity = entry.map(decode).transpose()?.unwrap_or_default();
+        record.changes += 1;
+        Ok((
+            Compare::unchanged(node_key, entry),
+            Write::Put(node_key.to_owned(), encode(&record)),
+        ))
     }
 
     fn record_with(

@@ -63,11 +63,8 @@ impl<S: Datastore> Ipam<S> {
                 released.push(*ip);
             }
         }
-        let mut writes: Vec<Write> = blocks
-            .iter()
-            .map(|(k, b)| Write::Put(k.clone(), encode(b)))
-            .collect();
-        writes.push(Write::Delete(hkey));
+        let mut writes = vec![Write::Delete(hkey)];
+        self.put_back(&blocks, &mut compares, &mut writes)?;
         if self.store.txn(&compares, &writes)? {
             Ok(Attempt::Done(released))
         } else {
@@ -92,12 +89,10 @@ impl<S: Datastore> Ipam<S> {
             };
             let hkey = self.k_handle(&handle);
             let he = self.store.get(&hkey)?;
-            let mut compares = vec![
-                Compare::Revision(be.key.clone(), be.revision),
-                Compare::unchanged(&hkey, he.as_ref()),
-            ];
-            let mut writes = vec![Write::Put(be.key.clone(), encode(&block))];
+            let mut compares = vec![Compare::Revision(be.key.clone(), be.revision)];
+            let mut writes = Vec::new();
             if let Some(he) = &he {
+                compares.push(Compare::Revision(hkey.clone(), he.revision));
                 let mut rec: HandleRecord = decode(he)?;
                 rec.addresses.remove(&ip);
                 if rec.addresses.is_empty() {
@@ -105,15 +100,72 @@ impl<S: Datastore> Ipam<S> {
                 } else {
                     writes.push(Write::Put(hkey.clone(), encode(&rec)));
                 }
-            } else {
-                compares.truncate(1);
             }
+            let blocks = BTreeMap::from([(be.key.clone(), block)]);
+            self.put_back(&blocks, &mut compares, &mut writes)?;
             Ok(if self.store.txn(&compares, &writes)? {
                 Attempt::Done(Some(ip))
             } else {
                 Attempt::Conflict
             })
         })
+    }
+
+    /// The writes that store `blocks` (keyed by their keys) after addresses
+    /// were taken out of them. A block left empty is retired when nobody
+    /// needs it: deleted when no node has affinity for it, and deleted with
+    /// its affinity when its node keeps another block of the same family, as
+    /// Calico releases such affinities: a burst of pods does not leave a
+    /// node holding blocks it no longer uses, so pools do not fragment. The
+    /// node's affinity record is compared and bumped, so two releases at once
+    /// never leave the node without a block.
+    fn put_back(
+        &self,
+        blocks: &BTreeMap<String, Block>,
+        compares: &mut Vec<Compare>,
+        writes: &mut Vec<Write>,
+    ) -> Result<(), IpamError> {
+        let mut retired: HashSet<IpNet> = HashSet::new();
+        let mut nodes_changed: BTreeMap<String, Option<Entry>> = BTreeMap::new();
+        for (key, block) in blocks {
+            if !block.is_empty() {
+                writes.push(Write::Put(key.clone(), encode(block)));
+                continue;
+            }
+            let Some(node) = &block.affinity else {
+                writes.push(Write::Delete(key.clone()));
+                continue;
+            };
+            let node_key = self.k_node(node);
+            let node_entry = match nodes_changed.get(node) {
+                Some(e) => e.clone(),
+                None => self.store.get(&node_key)?,
+            };
+            let v6 = block.cidr.addr().is_ipv6();
+            let keeps_another = self
+                .store
+                .list(&self.k_affinities(node))?
+                .iter()
+                .filter_map(|a| affinity_block(&a.key))
+                .any(|cidr| {
+                    cidr != block.cidr && cidr.addr().is_ipv6() == v6 && !retired.contains(&cidr)
+                });
+            if !keeps_another {
+                writes.push(Write::Put(key.clone(), encode(block)));
+                continue;
+            }
+            tracing::debug!(%node, block = %block.cidr, "releasing the affinity of an empty block");
+            retired.insert(block.cidr);
+            writes.push(Write::Delete(key.clone()));
+            writes.push(Write::Delete(self.k_affinity(node, &block.cidr)));
+            nodes_changed.insert(node.clone(), node_entry);
+        }
+        for (node, entry) in nodes_changed {
+            let (compare, write) = self.affinity_change(&self.k_node(&node), entry.as_ref())?;
+            compares.push(compare);
+            writes.push(write);
+        }
+        Ok(())
     }
 
     // ===== garbage collection =====
@@ -207,6 +259,24 @@ impl<S: Datastore> Ipam<S> {
                 report.blocks.push(cidr);
             }
         }
+        // The affinity records of gone nodes (their affinities are gone).
+        let nodes_prefix = self.k_nodes();
+        let gone: Vec<Write> = self
+            .store
+            .list(&nodes_prefix)?
+            .into_iter()
+            .filter(|e| !live.contains(&e.key[nodes_prefix.len()..]))
+            .map(|e| Write::Delete(e.key))
+            .collect();
+        if !gone.is_empty() {
+            self.store.txn(&[], &gone)?;
+        }
         Ok(report)
     }
+}
+
+/// The block an affinity key (`P/affinity/<node>/<addr>-<len>`) names.
+fn affinity_block(key: &str) -> Option<IpNet> {
+    let (addr, len) = key.rsplit('/').next()?.rsplit_once('-')?;
+    IpNet::new(addr.parse().ok()?, len.parse().ok()?).ok()
 }

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Barrier;
 
 use brindle_api::ipam::Attachment;
 use brindle_ipam::model::{IpamConfig, Pool, Reservation};
@@ -94,6 +95,14 @@ pub const CASES: &[(&str, Case)] = &[
     (
         "disabling_a_pool_or_reserving_addresses_takes_effect_at_once",
         disabling_a_pool_or_reserving_addresses_takes_effect_at_once,
+    ),
+    (
+        "an_emptied_block_beyond_the_first_gives_up_its_affinity",
+        an_emptied_block_beyond_the_first_gives_up_its_affinity,
+    ),
+    (
+        "parallel_allocations_claim_only_the_blocks_they_need",
+        parallel_allocations_claim_only_the_blocks_they_need,
     ),
 ];
 
@@ -498,9 +507,15 @@ pub fn node_gc_releases_dead_nodes_and_deletes_their_empty_blocks(s: &dyn Datast
         "affinity of a dead node is dropped"
     );
     i.release_handle(&handle("l5")).unwrap();
-    let report = i.gc_nodes(&["live".to_owned()]).unwrap();
-    assert_eq!(report.blocks, vec![dead_block.cidr]);
+    assert!(
+        i.blocks()
+            .unwrap()
+            .iter()
+            .all(|b| b.cidr != dead_block.cidr),
+        "the orphan block goes with its last address"
+    );
     assert_eq!(i.blocks().unwrap().len(), 1);
+    assert!(i.gc_nodes(&["live".to_owned()]).unwrap().blocks.is_empty());
     assert_consistent(&i);
 }
 
@@ -565,4 +580,117 @@ pub fn disabling_a_pool_or_reserving_addresses_takes_effect_at_once(s: &dyn Data
         "existing allocations stay"
     );
     assert_consistent(&i);
+}
+
+/// The blocks affine to `node`: (cidr, allocated).
+fn blocks_of(i: &Ipam<&dyn Datastore>, node: &str) -> Vec<(IpNet, u64)> {
+    i.blocks()
+        .unwrap()
+        .into_iter()
+        .filter(|b| b.affinity.as_deref() == Some(node))
+        .map(|b| (b.cidr, b.allocated))
+        .collect()
+}
+
+pub fn an_emptied_block_beyond_the_first_gives_up_its_affinity(s: &dyn Datastore, p: &str) {
+    let i = ipam(s, p);
+    pool(&i, "p", "10.0.0.0/24", 30);
+    pool(&i, "p6", "fd00::/120", 126);
+    let mut args = AllocateArgs::v4(handle("c0"), "n1");
+    args.ipv6 = true;
+    let dual = i.allocate(&args).unwrap();
+    let ips: Vec<IpAddr> = (1..=4)
+        .map(|n| alloc(&i, &format!("c{n}"), "n1").unwrap())
+        .collect();
+    let held = blocks_of(&i, "n1");
+    assert_eq!(held.len(), 3, "two IPv4 blocks and one IPv6: {held:?}");
+    // c4 is alone in the second IPv4 block: releasing it gives the block up.
+    let second = held
+        .iter()
+        .find(|(cidr, _)| cidr.contains(&ips[3]))
+        .unwrap()
+        .0;
+    assert_eq!(i.release_handle(&handle("c4")).unwrap(), vec![ips[3]]);
+    let held = blocks_of(&i, "n1");
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert!(held.iter().all(|(cidr, _)| *cidr != second));
+    assert!(
+        i.blocks().unwrap().iter().all(|b| b.cidr != second),
+        "the block is deleted, not left without affinity"
+    );
+    // Emptying the node's only block of each family keeps it.
+    for n in 0..=3 {
+        i.release_handle(&handle(&format!("c{n}"))).unwrap();
+    }
+    let held = blocks_of(&i, "n1");
+    assert_eq!(
+        held.len(),
+        2,
+        "the first block of each family stays: {held:?}"
+    );
+    assert!(held.iter().all(|(_, allocated)| *allocated == 0));
+    assert!(
+        held.iter()
+            .any(|(cidr, _)| cidr.contains(&dual[0].address.addr()))
+    );
+    assert!(
+        held.iter()
+            .any(|(cidr, _)| cidr.contains(&dual[1].address.addr()))
+    );
+    // A released block is claimed again when needed.
+    for n in 10..15 {
+        alloc(&i, &format!("c{n}"), "n1").unwrap();
+    }
+    assert_eq!(blocks_of(&i, "n1").len(), 3);
+    assert_consistent(&i);
+}
+
+/// 40 allocations for one node at once, half through one shared `Ipam` (as
+/// the daemon runs them) and half each through an `Ipam` of its own (as
+/// standalone plugins do), then 40 releases at once. /28 blocks: 3 are
+/// needed, 3 are claimed, and 1 stays.
+pub fn parallel_allocations_claim_only_the_blocks_they_need(s: &dyn Datastore, p: &str) {
+    const PODS: usize = 40;
+    let shared = ipam(s, p);
+    pool(&shared, "p", "10.0.0.0/24", 28);
+    let in_parallel = |work: &(dyn Fn(&Ipam<&dyn Datastore>, usize) + Sync)| {
+        let start = Barrier::new(PODS);
+        std::thread::scope(|scope| {
+            for n in 0..PODS {
+                let (start, shared) = (&start, &shared);
+                scope.spawn(move || {
+                    let own = ipam(s, p);
+                    let i = if n % 2 == 0 { shared } else { &own };
+                    start.wait();
+                    work(i, n);
+                });
+            }
+        });
+    };
+    in_parallel(&|i, n| {
+        alloc(i, &format!("c{n}"), "n1").unwrap();
+    });
+    let held: BTreeSet<IpAddr> = shared
+        .handles()
+        .unwrap()
+        .into_iter()
+        .flat_map(|h| h.addresses)
+        .collect();
+    assert_eq!(held.len(), PODS);
+    let blocks = blocks_of(&shared, "n1");
+    assert_eq!(blocks.len(), 3, "16 addresses per block: {blocks:?}");
+    assert_eq!(shared.blocks().unwrap().len(), 3);
+    assert_consistent(&shared);
+
+    in_parallel(&|i, n| {
+        assert_eq!(
+            i.release_handle(&handle(&format!("c{n}"))).unwrap().len(),
+            1
+        );
+    });
+    let blocks = blocks_of(&shared, "n1");
+    assert_eq!(blocks.len(), 1, "only the first block stays: {blocks:?}");
+    assert_eq!(blocks[0].1, 0);
+    assert_eq!(shared.blocks().unwrap().len(), 1);
+    assert_consistent(&shared);
 }
