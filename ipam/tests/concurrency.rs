@@ -120,6 +120,13 @@ fn check_then_release<S: Datastore>(
         .flat_map(|h| h.addresses)
         .collect();
     assert_eq!(held, unique, "every address is accounted for by its handle");
+    // /26 blocks: each node claimed exactly the blocks its addresses need.
+    let needed = n.div_ceil(64);
+    assert_eq!(
+        blocks_per_node(ipam),
+        vec![needed; NODES],
+        "blocks affine to each node"
+    );
 
     let released: BTreeSet<IpAddr> = collect(spawn_all(store_args, count, true))
         .into_iter()
@@ -131,7 +138,26 @@ fn check_then_release<S: Datastore>(
     );
     assert!(ipam.handles().unwrap().is_empty());
     assert!(ipam.blocks().unwrap().iter().all(|b| b.allocated == 0));
+    assert_eq!(
+        blocks_per_node(ipam),
+        vec![1; NODES],
+        "every node keeps its first block and releases the others"
+    );
     assert_eq!(ipam.audit().unwrap(), Vec::<String>::new());
+}
+
+/// How many blocks each stress node (node0..) holds affinity for.
+fn blocks_per_node<S: Datastore>(ipam: &Ipam<S>) -> Vec<usize> {
+    let blocks = ipam.blocks().unwrap();
+    (0..NODES)
+        .map(|n| {
+            let node = format!("node{n}");
+            blocks
+                .iter()
+                .filter(|b| b.affinity.as_deref() == Some(node.as_str()))
+                .count()
+        })
+        .collect()
 }
 
 fn pool() -> Pool {
