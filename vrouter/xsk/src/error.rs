@@ -50,6 +50,20 @@ pub enum Error {
         /// Queue id.
         queue: u32,
     },
+    /// An interface of that name already exists (where a TAP was to be
+    /// created).
+    #[error("interface {name:?} already exists")]
+    InterfaceExists {
+        /// The name.
+        name: String,
+    },
+    /// The interface is not a persistent, multi-queue TAP with a
+    /// virtio-net header, so the vrouter will not attach to it.
+    #[error("interface {name:?} is not a persistent multi-queue TAP with a virtio-net header")]
+    NotPersistentTap {
+        /// The name.
+        name: String,
+    },
     /// The BPF verifier refused a program; the log says why.
     #[error("BPF program {name} refused: {source}\n{log}")]
     Verifier {
@@ -74,7 +88,10 @@ impl Error {
     /// The errno behind this error, if one.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
-            Error::Config(_) | Error::QueueTaken { .. } => None,
+            Error::Config(_)
+            | Error::QueueTaken { .. }
+            | Error::InterfaceExists { .. }
+            | Error::NotPersistentTap { .. } => None,
             Error::NoSuchInterface { source, .. }
             | Error::Memlock { source, .. }
             | Error::ZeroCopyUnsupported { source, .. }

@@ -9,6 +9,9 @@
 //!   VXLAN port, sockets per queue), attached by BPF link.
 //! - [`PacketSocket`]: the AF_PACKET (PACKET_MMAP, TPACKET_V2) fallback with
 //!   the same batch shape, copying between its rings and caller memory.
+//! - [`Tap`]: TAP devices with virtio-net headers and offloads (pod ports
+//!   and the host port), created in or attached from a network namespace
+//!   entered with a [`NetnsGuard`].
 #![allow(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 
@@ -17,6 +20,8 @@
 mod error;
 #[forbid(unsafe_code)]
 pub mod live;
+#[forbid(unsafe_code)]
+pub mod netns;
 #[forbid(unsafe_code)]
 mod packet;
 #[forbid(unsafe_code)]
@@ -27,13 +32,17 @@ mod socket;
 pub mod steer;
 mod sys;
 #[forbid(unsafe_code)]
+pub mod tap;
+#[forbid(unsafe_code)]
 mod umem;
 
 pub use error::{Error, Result};
 pub use live::{FlowRotation, LiveFrameConfig, LiveFrameGenerator};
+pub use netns::NetnsGuard;
 pub use packet::{PacketConfig, PacketSocket, PacketStats};
 pub use socket::{BindMode, BusyPoll, XdpStats, XskConfig, XskSocket};
 pub use steer::{Role, Steering, SteeringConfig, Verdict, XdpAttachment, XdpCounters, XdpMode};
+pub use tap::{Tap, TapConfig, TapOffloads, TapQueue, VNET_HDR_LEN};
 pub use umem::{Umem, UmemConfig, UmemHandle};
 
 /// One frame in a UMEM: `len` bytes from byte `addr`; the layout of

@@ -11,6 +11,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
 
+pub(crate) mod tun;
+
 // ===== uapi constants =====
 
 /// `AF_XDP` address family.
