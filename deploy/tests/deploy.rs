@@ -855,7 +855,7 @@ fn the_etcd_overlay_switches_the_datastore() -> Result<()> {
     let tls = named(&pod["volumes"], "etcd-tls")?;
     assert_eq!(tls["secret"]["secretName"], "brindle-etcd-tls");
     for file in ["CA", "CERT", "KEY"] {
-        let path = named(&ctrl["env"], &format!("BRINDLE_DATASTORE_{file}_FILE"))?["value"]
+        let path = named(&ctrl["env"], &format!("BRINDLE_DATASTORE_ETCD_{file}_FILE"))?["value"]
             .as_str()
             .context("file path")?;
         let mount = ctrl["volumeMounts"]

@@ -3,6 +3,11 @@
 //! `brindle-ctrl [--config PATH] [--key-path VALUE ...]`: every key of
 //! `node.toml` is also a flag (`--bgp-as-number 64513`) and an environment
 //! variable (`BRINDLE_BGP_AS_NUMBER`); see `ctrl/README.md`.
+//!
+//! `--check-config` loads and validates the configuration exactly as a start
+//! would (file, variables, flags), prints the effective `node.toml` and
+//! exits: 0 when the daemon would start with it, 1 with the error otherwise.
+//! The deploy tests ask it whether the manifests' variables are keys.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -23,11 +28,14 @@ fn main() -> anyhow::Result<()> {
         .collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
-            "usage: brindle-ctrl [--config PATH] [--record-bgp FILE] [--<key-path> VALUE ...]\n\
-             every node.toml key is a flag (--bgp-as-number) and a variable (BRINDLE_BGP_AS_NUMBER)"
+            "usage: brindle-ctrl [--config PATH] [--check-config] [--record-bgp FILE] [--<key-path> VALUE ...]\n\
+             every node.toml key is a flag (--bgp-as-number) and a variable (BRINDLE_BGP_AS_NUMBER)\n\
+             --check-config: validate the configuration, print the effective node.toml, exit"
         );
         return Ok(());
     }
+    let check_only = args.iter().any(|a| a == "--check-config");
+    let args: Vec<String> = args.into_iter().filter(|a| a != "--check-config").collect();
     let env: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| k.starts_with("BRINDLE_"))
         .collect();
@@ -41,6 +49,17 @@ fn main() -> anyhow::Result<()> {
     }
     let config = Config::load(config_path.as_deref(), &env, &args)?;
     let validated = config.validate()?;
+    if check_only {
+        print!(
+            "{}",
+            toml::to_string(&config).context("printing the configuration")?
+        );
+        eprintln!(
+            "configuration OK: node {} ({}), uplink {}, datastore {}",
+            validated.node_name, validated.node_address, validated.uplink, config.datastore.kind
+        );
+        return Ok(());
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
     tracing_subscriber::fmt()
