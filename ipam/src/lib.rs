@@ -5,6 +5,8 @@
 //! - [`store`]: the [`store::Datastore`] seam and its backends (memory,
 //!   embedded redb, etcd v3).
 //! - [`allocator`]: allocation, release, views, GC and audit over a datastore.
+//! - [`gc`]: the automatic GC the node daemon runs (leaked handles, dead
+//!   nodes, a grace period, never an address whose pod exists).
 //! - [`server`]: the node daemon's side of the IPAM socket protocol.
 //! - [`config`]: the plugin's `ipam` settings and the [`config::Backend`]
 //!   (daemon socket or a datastore opened in-process).
@@ -15,6 +17,7 @@
 
 pub mod allocator;
 pub mod config;
+pub mod gc;
 pub mod model;
 pub mod plugin;
 pub mod server;
