@@ -130,8 +130,6 @@ pub fn serve(listener: UnixListener, server: Arc<ApiServer>) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicBool;
-    use std::sync::mpsc;
     use std::time::Duration;
 
     use brindle_api::framing::Client;
@@ -141,6 +139,7 @@ mod tests {
 
     use super::*;
     use crate::endpoints::EndpointStore;
+    use crate::health::Health;
 
     struct FixedCtrl;
 
@@ -157,16 +156,17 @@ mod tests {
         let ipam = Ipam::new(store.clone(), "/brindle/ipam");
         ipam.put_pool(&Pool::new("p", "10.3.0.0/24".parse().unwrap()))
             .unwrap();
-        // Programming is not looked at here; sends to a closed channel are
-        // ignored by the handler.
-        let (tx, _) = mpsc::channel();
+        // Endpoint changes are not looked at here.
+        let (_, health) = tokio::sync::watch::channel(Health {
+            datastore_ok: true,
+            vrouter_reachable: Some(true),
+        });
         Arc::new(ApiServer {
             ipam: Arc::new(ipam),
             endpoints: Arc::new(EndpointHandler {
                 store: EndpointStore::new(store, "/brindle/", "n1"),
-                programming: tx,
-                vrouter_reachable: Arc::new(AtomicBool::new(true)),
-                metrics: None,
+                changes: Box::new(|_| {}),
+                health,
             }),
             ctrl: Arc::new(FixedCtrl),
         })

@@ -2,31 +2,31 @@
 //! `/brindle/endpoints/<node>/<network>/<container>/<ifname>`, and the
 //! handler of the CNI plugin's endpoint requests.
 //!
-//! `add_endpoint` refuses with `try_again_later` when the vrouter did not
-//! answer the executor's last call (as Calico fails ADD while calico-node is
-//! not ready: a pod the dataplane does not know has no network, and the CNI
-//! plugin rolls back and the runtime retries). Otherwise it answers once the
-//! record is stored and its programming queued, without waiting for the
-//! vrouter's answer: the record is the promise, and if the vrouter goes away
-//! in between, the executor's resync programs it when it is back.
-//! `delete_endpoint` never needs the vrouter: the record goes, and the resync
-//! removes what is left.
+//! The handler stores the record and hands the change to the daemon's owner
+//! loop ([`EndpointChange`]), which keeps the node's endpoints and programs
+//! them. `add_endpoint` refuses with `try_again_later` when the vrouter did
+//! not answer the executor's last call (as Calico fails ADD while
+//! calico-node is not ready: a pod the dataplane does not know has no
+//! network, and the CNI plugin rolls back and the runtime retries).
+//! Otherwise it answers once the record is stored and the change handed
+//! over, without waiting for the vrouter's answer: the record is the
+//! promise, and if the vrouter goes away in between, the executor's resync
+//! programs it when it is back. `delete_endpoint` never needs the vrouter:
+//! the record goes, and the resync removes what is left.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::Arc;
 
 use brindle_api::endpoint::{
     DaemonStatus, Deleted, Endpoint, EndpointKey, EndpointRequest, GcReport,
 };
 use brindle_api::framing::{PROTOCOL_VERSION, RemoteError, RemoteErrorKind, Reply};
 use brindle_api::ipam::HandleId;
-use brindle_api::vrouter::VrouterRequest;
 use brindle_ipam::store::{Datastore, StoreError, Write};
 use serde_json::Value;
 use tracing::{info, info_span};
 
-use crate::metrics::Metrics;
-use crate::programming::desired::{endpoint_added, endpoint_removed};
+use crate::health::HealthWatch;
+use crate::programming::desired::endpoint_added;
 
 /// Endpoint records of one node.
 #[derive(Clone)]
@@ -93,16 +93,34 @@ impl EndpointStore {
     }
 }
 
-/// Answers endpoint requests: store, then queue programming.
+/// A stored change of this node's endpoints, handed to the owner loop,
+/// which keeps the endpoints and programs them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EndpointChange {
+    /// Stored: a new record, or one that replaced `replaced` (a retried ADD).
+    Added {
+        /// The record now stored.
+        endpoint: Box<Endpoint>,
+        /// The record it replaced.
+        replaced: Option<Box<Endpoint>>,
+    },
+    /// Deleted (DEL or GC).
+    Removed(Box<Endpoint>),
+}
+
+/// Where [`EndpointHandler`] hands its changes (the daemon's event channel).
+pub type ChangeSink = Box<dyn Fn(EndpointChange) + Send + Sync>;
+
+/// Answers endpoint requests: store, then hand the change over.
 pub struct EndpointHandler {
     /// The records.
     pub store: EndpointStore,
-    /// Where programming goes (the executor thread).
-    pub programming: mpsc::Sender<Vec<VrouterRequest>>,
-    /// Set by the executor.
-    pub vrouter_reachable: Arc<AtomicBool>,
-    /// Endpoint gauge.
-    pub metrics: Option<Arc<Metrics>>,
+    /// Where stored changes go. The owner lives as long as the daemon; a
+    /// closed channel means we are shutting down and the record is what
+    /// matters, so the sink ignores it.
+    pub changes: ChangeSink,
+    /// The daemon's readiness (the vrouter's reachability gates ADD).
+    pub health: HealthWatch,
 }
 
 fn error(kind: RemoteErrorKind, message: impl Into<String>) -> RemoteError {
@@ -131,37 +149,6 @@ fn validate_key(k: &EndpointKey) -> Result<(), RemoteError> {
 }
 
 impl EndpointHandler {
-    /// Programs every stored endpoint (at start, before the first resync).
-    pub fn restore(&self) -> Result<usize, StoreError> {
-        let all = self.store.list(None)?;
-        for ep in &all {
-            if let Ok(reqs) = endpoint_added(ep) {
-                self.send(reqs);
-            }
-        }
-        self.count(all.len());
-        Ok(all.len())
-    }
-
-    fn send(&self, reqs: Vec<VrouterRequest>) {
-        // The executor lives as long as the daemon; a closed channel means
-        // we are shutting down and the record is what matters.
-        let _ = self.programming.send(reqs);
-    }
-
-    fn count(&self, n: usize) {
-        if let Some(m) = &self.metrics {
-            m.endpoints.set(n as i64);
-        }
-    }
-
-    /// Moves the endpoint gauge by `delta` (no list per request).
-    fn adjust(&self, delta: i64) {
-        if let Some(m) = &self.metrics {
-            m.endpoints.inc_by(delta);
-        }
-    }
-
     /// Answers one request.
     pub fn handle(&self, req: EndpointRequest) -> Reply<Value> {
         self.handle_inner(req).into()
@@ -172,39 +159,33 @@ impl EndpointHandler {
             EndpointRequest::AddEndpoint { endpoint } => {
                 let _span = info_span!("endpoint", handle = %endpoint.key.handle()).entered();
                 validate_key(&endpoint.key)?;
-                let reqs = endpoint_added(&endpoint)
-                    .map_err(|m| error(RemoteErrorKind::InvalidRequest, m))?;
-                if !self.vrouter_reachable.load(Ordering::Relaxed) {
+                // The same check the owner's programming makes, so a record
+                // that cannot be programmed is refused rather than stored.
+                endpoint_added(&endpoint).map_err(|m| error(RemoteErrorKind::InvalidRequest, m))?;
+                if !self.health.borrow().vrouter_up() {
                     return Err(error(
                         RemoteErrorKind::TryAgainLater,
                         "the vrouter is not reachable: the pod would have no network",
                     ));
                 }
-                let old = self.store.put(&endpoint).map_err(unavailable)?;
-                match old {
-                    None => self.adjust(1),
-                    Some(old)
-                        if old.host_ifname != endpoint.host_ifname || old.ips != endpoint.ips =>
-                    {
-                        self.send(endpoint_removed(&old));
-                    }
-                    Some(_) => {}
-                }
-                self.send(reqs);
+                let replaced = self.store.put(&endpoint).map_err(unavailable)?;
                 info!(port = %endpoint.host_ifname, ips = ?endpoint.ips, "endpoint added");
-                ok(&*endpoint)
+                let answer = ok(&*endpoint);
+                (self.changes)(EndpointChange::Added {
+                    endpoint,
+                    replaced: replaced.map(Box::new),
+                });
+                answer
             }
             EndpointRequest::DeleteEndpoint { key } => {
                 let _span = info_span!("endpoint", handle = %key.handle()).entered();
                 let old = self.store.delete(&key).map_err(unavailable)?;
-                if let Some(old) = &old {
-                    self.send(endpoint_removed(old));
-                    self.adjust(-1);
+                let existed = old.is_some();
+                if let Some(old) = old {
                     info!(port = %old.host_ifname, "endpoint deleted");
+                    (self.changes)(EndpointChange::Removed(Box::new(old)));
                 }
-                ok(Deleted {
-                    existed: old.is_some(),
-                })
+                ok(Deleted { existed })
             }
             EndpointRequest::GetEndpoint { key } => match self.store.get(&key) {
                 Ok(Some(ep)) => ok(ep),
@@ -224,17 +205,16 @@ impl EndpointHandler {
                         continue;
                     }
                     if self.store.delete(&ep.key).map_err(unavailable)?.is_some() {
-                        self.send(endpoint_removed(&ep));
-                        self.adjust(-1);
                         info!(handle = %ep.key.handle(), "endpoint collected");
-                        report.removed.push(ep.key);
+                        report.removed.push(ep.key.clone());
+                        (self.changes)(EndpointChange::Removed(Box::new(ep)));
                     }
                 }
                 ok(report)
             }
             EndpointRequest::Status => {
                 let store_ok = self.store.list(Some("\u{1}")).is_ok();
-                let vrouter_ok = self.vrouter_reachable.load(Ordering::Relaxed);
+                let vrouter_ok = self.health.borrow().vrouter_up();
                 let message = match (store_ok, vrouter_ok) {
                     (true, true) => String::new(),
                     (false, _) => "datastore unreachable".into(),
@@ -252,20 +232,52 @@ impl EndpointHandler {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::mpsc;
+
     use brindle_ipam::store::MemoryStore;
+    use tokio::sync::watch;
 
     use super::*;
+    use crate::health::Health;
     use crate::programming::desired::tests::endpoint;
 
-    fn handler() -> (EndpointHandler, mpsc::Receiver<Vec<VrouterRequest>>) {
+    /// A handler on a memory store, the vrouter reachable; the changes it
+    /// hands over and the health it reads stay with the test.
+    struct Fixture {
+        h: EndpointHandler,
+        rx: mpsc::Receiver<EndpointChange>,
+        health: watch::Sender<Health>,
+    }
+
+    fn handler() -> Fixture {
         let (tx, rx) = mpsc::channel();
+        let (health, health_rx) = watch::channel(Health {
+            datastore_ok: true,
+            vrouter_reachable: Some(true),
+        });
         let h = EndpointHandler {
             store: EndpointStore::new(Arc::new(MemoryStore::new()), "/brindle/", "n1"),
-            programming: tx,
-            vrouter_reachable: Arc::new(AtomicBool::new(true)),
-            metrics: None,
+            changes: Box::new(move |c| {
+                let _ = tx.send(c);
+            }),
+            health: health_rx,
         };
-        (h, rx)
+        Fixture { h, rx, health }
+    }
+
+    fn set_vrouter(f: &Fixture, up: bool) {
+        f.health.send_modify(|h| h.vrouter_reachable = Some(up));
+    }
+
+    fn added(ep: &Endpoint, replaced: Option<&Endpoint>) -> EndpointChange {
+        EndpointChange::Added {
+            endpoint: Box::new(ep.clone()),
+            replaced: replaced.map(|r| Box::new(r.clone())),
+        }
+    }
+
+    fn removed(ep: &Endpoint) -> EndpointChange {
+        EndpointChange::Removed(Box::new(ep.clone()))
     }
 
     fn result<T: serde::de::DeserializeOwned>(r: Reply<Value>) -> Result<T, RemoteError> {
@@ -273,15 +285,15 @@ mod tests {
     }
 
     #[test]
-    fn add_stores_and_queues_programming_and_delete_undoes_it() {
-        let (h, rx) = handler();
+    fn add_stores_and_hands_the_change_over_and_delete_undoes_it() {
+        let Fixture { h, rx, .. } = handler();
         let ep = endpoint("c1", "bri1", "10.244.0.5/32");
         let stored: Endpoint = result(h.handle(EndpointRequest::AddEndpoint {
             endpoint: Box::new(ep.clone()),
         }))
         .unwrap();
         assert_eq!(stored, ep);
-        assert_eq!(rx.try_recv().unwrap(), endpoint_added(&ep).unwrap());
+        assert_eq!(rx.try_recv().unwrap(), added(&ep, None));
         let got: Endpoint = result(h.handle(EndpointRequest::GetEndpoint {
             key: ep.key.clone(),
         }))
@@ -293,7 +305,7 @@ mod tests {
         }))
         .unwrap();
         assert!(d.existed);
-        assert_eq!(rx.try_recv().unwrap(), endpoint_removed(&ep));
+        assert_eq!(rx.try_recv().unwrap(), removed(&ep));
         let d: Deleted = result(h.handle(EndpointRequest::DeleteEndpoint {
             key: ep.key.clone(),
         }))
@@ -306,8 +318,8 @@ mod tests {
     }
 
     #[test]
-    fn a_retried_add_with_a_new_veth_unprograms_the_old_one_first() {
-        let (h, rx) = handler();
+    fn a_retried_add_hands_over_the_record_it_replaced() {
+        let Fixture { h, rx, .. } = handler();
         let ep = endpoint("c1", "bri1", "10.244.0.5/32");
         h.handle(EndpointRequest::AddEndpoint {
             endpoint: Box::new(ep.clone()),
@@ -318,13 +330,12 @@ mod tests {
         h.handle(EndpointRequest::AddEndpoint {
             endpoint: Box::new(again.clone()),
         });
-        assert_eq!(rx.try_recv().unwrap(), endpoint_removed(&ep));
-        assert_eq!(rx.try_recv().unwrap(), endpoint_added(&again).unwrap());
+        assert_eq!(rx.try_recv().unwrap(), added(&again, Some(&ep)));
     }
 
     #[test]
     fn a_malformed_endpoint_is_invalid_and_not_stored() {
-        let (h, rx) = handler();
+        let Fixture { h, rx, .. } = handler();
         let mut ep = endpoint("c/1", "bri1", "10.244.0.5/32");
         let e = result::<Endpoint>(h.handle(EndpointRequest::AddEndpoint {
             endpoint: Box::new(ep.clone()),
@@ -346,7 +357,7 @@ mod tests {
 
     #[test]
     fn gc_deletes_only_the_attachments_not_listed_as_valid() {
-        let (h, rx) = handler();
+        let Fixture { h, rx, .. } = handler();
         let a = endpoint("c1", "bri1", "10.244.0.5/32");
         let b = endpoint("c2", "bri2", "10.244.0.6/32");
         for ep in [&a, &b] {
@@ -361,36 +372,12 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(report.removed, vec![b.key.clone()]);
-        assert_eq!(rx.try_recv().unwrap(), endpoint_removed(&b));
+        assert_eq!(rx.try_recv().unwrap(), removed(&b));
         let all: Vec<Endpoint> = result(h.handle(EndpointRequest::ListEndpoints {
             network: Some("k8s-pod-network".into()),
         }))
         .unwrap();
         assert_eq!(all, vec![a]);
-    }
-
-    #[test]
-    fn the_endpoint_gauge_counts_records_not_requests() {
-        let (mut h, _rx) = handler();
-        let m = Arc::new(Metrics::new());
-        h.metrics = Some(m.clone());
-        let a = endpoint("c1", "bri1", "10.244.0.5/32");
-        let b = endpoint("c2", "bri2", "10.244.0.6/32");
-        for ep in [&a, &a, &b] {
-            h.handle(EndpointRequest::AddEndpoint {
-                endpoint: Box::new(ep.clone()),
-            });
-        }
-        assert_eq!(m.endpoints.get(), 2);
-        for _ in 0..2 {
-            h.handle(EndpointRequest::DeleteEndpoint { key: a.key.clone() });
-        }
-        assert_eq!(m.endpoints.get(), 1);
-        h.handle(EndpointRequest::GcEndpoints {
-            network: "k8s-pod-network".into(),
-            valid: vec![],
-        });
-        assert_eq!(m.endpoints.get(), 0);
     }
 
     /// A datastore that is down.
@@ -417,7 +404,7 @@ mod tests {
 
     #[test]
     fn a_datastore_outage_is_try_again_later_and_programs_nothing() {
-        let (mut h, rx) = handler();
+        let Fixture { mut h, rx, .. } = handler();
         h.store = EndpointStore::new(Arc::new(DownStore), "/brindle/", "n1");
         let ep = endpoint("c1", "bri1", "10.244.0.5/32");
         let e = result::<Endpoint>(h.handle(EndpointRequest::AddEndpoint {
@@ -437,13 +424,14 @@ mod tests {
 
     #[test]
     fn add_is_refused_while_the_vrouter_is_unreachable_but_delete_is_not() {
-        let (h, rx) = handler();
+        let f = handler();
+        let (h, rx) = (&f.h, &f.rx);
         let ep = endpoint("c1", "bri1", "10.244.0.5/32");
         h.handle(EndpointRequest::AddEndpoint {
             endpoint: Box::new(ep.clone()),
         });
         rx.try_recv().unwrap();
-        h.vrouter_reachable.store(false, Ordering::Relaxed);
+        set_vrouter(&f, false);
         let other = endpoint("c2", "bri2", "10.244.0.6/32");
         let e = result::<Endpoint>(h.handle(EndpointRequest::AddEndpoint {
             endpoint: Box::new(other.clone()),
@@ -457,18 +445,18 @@ mod tests {
         }))
         .unwrap();
         assert!(d.existed);
-        assert_eq!(rx.try_recv().unwrap(), endpoint_removed(&ep));
+        assert_eq!(rx.try_recv().unwrap(), removed(&ep));
     }
 
     #[test]
     fn status_is_not_ready_while_the_vrouter_is_unreachable() {
-        let (h, _rx) = handler();
-        h.vrouter_reachable.store(false, Ordering::Relaxed);
-        let s: DaemonStatus = result(h.handle(EndpointRequest::Status)).unwrap();
+        let f = handler();
+        set_vrouter(&f, false);
+        let s: DaemonStatus = result(f.h.handle(EndpointRequest::Status)).unwrap();
         assert!(!s.ready);
         assert_eq!(s.message, "vrouter unreachable");
-        h.vrouter_reachable.store(true, Ordering::Relaxed);
-        let s: DaemonStatus = result(h.handle(EndpointRequest::Status)).unwrap();
+        set_vrouter(&f, true);
+        let s: DaemonStatus = result(f.h.handle(EndpointRequest::Status)).unwrap();
         assert!(s.ready);
     }
 }

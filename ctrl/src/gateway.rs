@@ -25,7 +25,6 @@ use netlink_packet_route::route::{
 };
 use rtnetlink::packet_core::NetlinkPayload;
 use rtnetlink::{MulticastGroup, RouteMessageBuilder};
-use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::neighbors::{NeighborError, Subscription};
@@ -85,12 +84,13 @@ fn is_default_route(msg: &RouteNetlinkMessage) -> bool {
     }
 }
 
-/// Follows the default gateway of `uplink` and sends it to `tx`: first the
-/// current one (or `None`), then each change. Returns when `tx` is closed,
-/// or with an error when netlink fails.
+/// Follows the default gateway of `uplink` and hands it to `send`: first
+/// the current one (or `None`), then each change. Returns when `send` says
+/// its receiver is gone (returns false), or with an error when netlink
+/// fails.
 pub async fn watch(
     uplink: String,
-    tx: mpsc::UnboundedSender<Option<Ipv4Addr>>,
+    mut send: impl FnMut(Option<Ipv4Addr>) -> bool,
 ) -> Result<(), NeighborError> {
     // Subscribe before dumping so a change between the two is not lost.
     let Subscription {
@@ -112,7 +112,7 @@ pub async fn watch(
     };
     let mut current = dump().await?;
     info!(%uplink, gateway = ?current, "underlay gateway from the kernel");
-    if tx.send(current).is_err() {
+    if !send(current) {
         return Ok(());
     }
     while let Some((msg, _)) = events.next().await {
@@ -126,7 +126,7 @@ pub async fn watch(
         if now != current {
             info!(%uplink, gateway = ?now, "underlay gateway changed");
             current = now;
-            if tx.send(current).is_err() {
+            if !send(current) {
                 return Ok(());
             }
         }

@@ -12,6 +12,7 @@ pub mod ctrl_api;
 pub mod daemon;
 pub mod endpoints;
 pub mod gateway;
+pub mod health;
 pub mod metrics;
 pub mod neighbors;
 pub mod programming;

@@ -7,7 +7,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -17,6 +16,8 @@ use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing::debug;
+
+use crate::health::HealthWatch;
 
 /// Label of the peers-by-state gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -105,17 +106,17 @@ impl Metrics {
 }
 
 /// Serves `/metrics`, `/healthz` (the process answers) and `/readyz`
-/// (`ready` is set: datastore open and vrouter reachable) until the task is
-/// dropped.
+/// (datastore and vrouter reachable, [`crate::health::Health::ready`])
+/// until the task is dropped.
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
-    ready: Arc<AtomicBool>,
+    health: HealthWatch,
 ) -> std::io::Result<()> {
     loop {
         let (mut stream, peer) = listener.accept().await?;
         let metrics = metrics.clone();
-        let ready = ready.clone();
+        let health = health.clone();
         tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
             let mut len = 0;
@@ -135,9 +136,7 @@ pub async fn serve(
             let (status, body) = match (method, path) {
                 ("GET", "/metrics") => ("200 OK", metrics.encode()),
                 ("GET", "/healthz") => ("200 OK", "ok\n".to_owned()),
-                ("GET", "/readyz") if ready.load(Ordering::Relaxed) => {
-                    ("200 OK", "ready\n".to_owned())
-                }
+                ("GET", "/readyz") if health.borrow().ready() => ("200 OK", "ready\n".to_owned()),
                 ("GET", "/readyz") => ("503 Service Unavailable", "not ready\n".to_owned()),
                 ("GET", _) => ("404 Not Found", "not found\n".to_owned()),
                 _ => ("405 Method Not Allowed", "GET only\n".to_owned()),
@@ -189,8 +188,8 @@ mod tests {
     async fn readyz_follows_the_flag_and_metrics_is_served() {
         let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let ready = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(serve(listener, Arc::new(Metrics::new()), ready.clone()));
+        let (health, health_rx) = tokio::sync::watch::channel(crate::health::Health::default());
+        let task = tokio::spawn(serve(listener, Arc::new(Metrics::new()), health_rx));
         async fn get(addr: SocketAddr, path: &str) -> String {
             let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
             s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
@@ -201,7 +200,10 @@ mod tests {
             out
         }
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
-        ready.store(true, Ordering::Relaxed);
+        health.send_replace(crate::health::Health {
+            datastore_ok: true,
+            vrouter_reachable: Some(true),
+        });
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
         assert!(

@@ -16,7 +16,6 @@ use netlink_packet_route::neighbour::{
 };
 use rtnetlink::MulticastGroup;
 use rtnetlink::packet_core::NetlinkPayload;
-use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 /// What the vrouter must learn about one neighbour of the uplink.
@@ -97,12 +96,13 @@ pub fn change_for(
     }))
 }
 
-/// Follows the kernel's neighbours of `uplink` and sends their changes to
-/// `tx`, starting with every usable entry of the table. Returns when `tx`
-/// is closed, or with an error when netlink fails.
+/// Follows the kernel's neighbours of `uplink` and hands their changes to
+/// `send`, starting with every usable entry of the table. Returns when
+/// `send` says its receiver is gone (returns false), or with an error when
+/// netlink fails.
 pub async fn watch(
     uplink: String,
-    tx: mpsc::UnboundedSender<Vec<NeighborChange>>,
+    mut send: impl FnMut(Vec<NeighborChange>) -> bool,
 ) -> Result<(), NeighborError> {
     // Subscribe before dumping so nothing between the two is lost (a change
     // seen twice is harmless: the result is a value, applied idempotently).
@@ -121,7 +121,7 @@ pub async fn watch(
         }
     }
     info!(%uplink, neighbours = initial.len(), "underlay neighbours from the kernel");
-    if tx.send(initial).is_err() {
+    if !send(initial) {
         return Ok(());
     }
     while let Some((msg, _)) = events.next().await {
@@ -136,7 +136,7 @@ pub async fn watch(
         };
         if let Some(c) = change {
             debug!(?c, "neighbour change");
-            if tx.send(vec![c]).is_err() {
+            if !send(vec![c]) {
                 return Ok(());
             }
         }

@@ -51,9 +51,9 @@ fn the_uplink_default_gateway_is_followed_and_its_neighbour_reaches_the_vrouter(
             .build()?;
         rt.block_on(async move {
             let (gtx, mut grx) = mpsc::unbounded_channel();
-            let gw_task = tokio::spawn(gateway::watch("up0".into(), gtx));
+            let gw_task = tokio::spawn(gateway::watch("up0".into(), move |g| gtx.send(g).is_ok()));
             let (ntx, mut nrx) = mpsc::unbounded_channel();
-            let n_task = tokio::spawn(neighbors::watch("up0".into(), ntx));
+            let n_task = tokio::spawn(neighbors::watch("up0".into(), move |c| ntx.send(c).is_ok()));
 
             assert_eq!(next(&mut grx).await?, Some(Ipv4Addr::new(10, 77, 0, 1)));
             let initial = next(&mut nrx).await?;

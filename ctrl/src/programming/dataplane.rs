@@ -272,7 +272,7 @@ mod tests {
         first.stop(&path);
         let b = endpoint("c2", "bri2", "10.244.0.6/32");
         ex.submit(endpoint_added(&b).unwrap());
-        assert!(!ex.reachable_flag().load(Ordering::Relaxed));
+        assert!(!ex.reachable());
         assert!(first.take().is_empty());
 
         // It comes back with a new boot ID: one Hello, one Sync with both.
@@ -287,7 +287,7 @@ mod tests {
         let names: Vec<&str> = state.ports.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["bri1", "bri2"]);
         assert_eq!(state.routes.len(), 2);
-        assert!(ex.reachable_flag().load(Ordering::Relaxed));
+        assert!(ex.reachable());
         assert_eq!(ex.boot_id(), Some("b2"));
         second.stop(&path);
     }

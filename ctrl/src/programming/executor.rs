@@ -1,7 +1,6 @@
 //! The one place that applies vrouter programming.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use brindle_api::vrouter::{Neighbor, VrouterRequest};
@@ -23,7 +22,8 @@ pub struct Executor<D> {
     boot_id: Option<String>,
     /// The vrouter holds exactly `desired` (no failure since the last sync).
     in_sync: bool,
-    reachable: Arc<AtomicBool>,
+    /// The vrouter answered the last call.
+    reachable: bool,
     metrics: Option<Arc<Metrics>>,
     /// Routes carried by the `Sync` itself; the rest follow it in batches.
     max_sync_routes: usize,
@@ -41,15 +41,15 @@ impl<D: Dataplane> Executor<D> {
             desired: Desired::default(),
             boot_id: None,
             in_sync: false,
-            reachable: Arc::new(AtomicBool::new(false)),
+            reachable: false,
             metrics,
             max_sync_routes: MAX_SYNC_ROUTES,
         }
     }
 
-    /// A flag that says whether the vrouter answered last time we tried.
-    pub fn reachable_flag(&self) -> Arc<AtomicBool> {
-        self.reachable.clone()
+    /// Whether the vrouter answered last time we tried.
+    pub fn reachable(&self) -> bool {
+        self.reachable
     }
 
     /// The desired state.
@@ -94,6 +94,7 @@ impl<D: Dataplane> Executor<D> {
         match work {
             Work::Apply(reqs) => self.submit(reqs),
             Work::Neighbors(changes) => self.neighbors(changes),
+            Work::Reconcile => self.reconcile(),
         }
     }
 
@@ -135,7 +136,7 @@ impl<D: Dataplane> Executor<D> {
         let hello = match self.dataplane.hello() {
             Ok(h) => h,
             Err(e) => {
-                if self.reachable.load(Ordering::Relaxed) {
+                if self.reachable {
                     warn!(error = %e, "vrouter unreachable; keeping the desired state");
                 }
                 self.set_reachable(false);
@@ -202,8 +203,8 @@ impl<D: Dataplane> Executor<D> {
         }
     }
 
-    fn set_reachable(&self, up: bool) {
-        self.reachable.store(up, Ordering::Relaxed);
+    fn set_reachable(&mut self, up: bool) {
+        self.reachable = up;
         if let Some(m) = &self.metrics {
             m.vrouter_reachable.set(i64::from(up));
         }
@@ -345,7 +346,7 @@ mod tests {
                 },
             ]
         );
-        assert!(ex.reachable_flag().load(Ordering::Relaxed));
+        assert!(ex.reachable());
     }
 
     #[test]
@@ -364,7 +365,7 @@ mod tests {
                 },
             ]
         );
-        assert!(ex.reachable_flag().load(Ordering::Relaxed));
+        assert!(ex.reachable());
     }
 
     #[test]
@@ -424,7 +425,7 @@ mod tests {
         let ep = endpoint("c1", "bri1", "10.244.0.5/32");
         ex.submit(endpoint_added(&ep).unwrap());
         assert!(fake.take().is_empty());
-        assert!(!ex.reachable_flag().load(Ordering::Relaxed));
+        assert!(!ex.reachable());
         fake.set_down(false);
         ex.reconcile();
         assert_eq!(
@@ -441,7 +442,7 @@ mod tests {
                 }
             ]
         );
-        assert!(ex.reachable_flag().load(Ordering::Relaxed));
+        assert!(ex.reachable());
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub enum Work {
     /// Underlay neighbour changes from the kernel
     /// ([`executor::Executor::neighbors`]).
     Neighbors(Vec<NeighborChange>),
+    /// Check the vrouter and resync it if it was away or restarted
+    /// ([`executor::Executor::reconcile`]); the daemon sends one per tick.
+    Reconcile,
 }
 
 impl Work {
@@ -38,6 +41,7 @@ impl Work {
         match self {
             Work::Apply(reqs) => reqs.len(),
             Work::Neighbors(changes) => changes.len(),
+            Work::Reconcile => 0,
         }
     }
 }

@@ -1,0 +1,60 @@
+//! What the owner loop decides, as values. Each kind has one applier in
+//! `tasks`: vrouter programming goes to the executor thread, BGP commands
+//! to the speaker task, datastore requests to the datastore thread; the
+//! owner itself never does I/O.
+
+use std::net::IpAddr;
+
+use brindle_api::framing::Reply;
+use ipnet::IpNet;
+use serde_json::Value;
+
+use super::event::Responder;
+use crate::bgp::speaker::PeerConfig;
+use crate::health::Health;
+use crate::programming::Work;
+
+/// One side effect.
+#[derive(Debug, PartialEq)]
+pub enum Effect {
+    /// Vrouter programming, for the executor (recorded in its desired
+    /// state, sent, resynced).
+    Vrouter(Work),
+    /// A command for the BGP speaker.
+    Bgp(BgpCommand),
+    /// Datastore I/O; answered by an [`super::event::Event::Datastore`].
+    Datastore(DatastoreRequest),
+    /// The answer to a query.
+    Answer(Responder, Reply<Value>),
+    /// Readiness changed: publish it to `ctrl.sock` and `/readyz`.
+    Health(Health),
+}
+
+/// What the speaker task does for the owner, in order.
+#[derive(Debug, PartialEq)]
+pub enum BgpCommand {
+    /// Announce a prefix of this node with this next hop.
+    Announce(IpNet, IpAddr),
+    /// Withdraw a prefix of this node.
+    Withdraw(IpNet),
+    /// Add a peer (a failure comes back as `Event::PeerFailed`).
+    AddPeer(Box<PeerConfig>),
+    /// Remove a peer (Cease, its routes withdrawn).
+    RemovePeer(IpAddr),
+    /// Answer with every peer's status.
+    Peers(Responder),
+    /// Answer with every path of the Loc-RIB.
+    Routes(Responder),
+    /// Export the peers' counters to the metrics.
+    RefreshMetrics,
+    /// Cease to every peer, then stop.
+    Shutdown,
+}
+
+/// Datastore work for the datastore thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatastoreRequest {
+    /// Write the heartbeat (the node record with the blocks affine to us)
+    /// and read pools, blocks and nodes.
+    Refresh,
+}
