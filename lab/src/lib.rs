@@ -168,6 +168,10 @@ pub struct LabReport {
     pub mbit_per_s: Option<f64>,
     /// The step that failed, if one did.
     pub failed_step: Option<String>,
+    /// Every metric name node 1's brindle-ctrl and brindle-vrouter export
+    /// (sample names, as a dashboard queries them), scraped after the
+    /// traffic: the dashboard test checks deploy/grafana against them.
+    pub metric_names: std::collections::BTreeSet<String>,
 }
 
 impl LabReport {
@@ -565,6 +569,14 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
     step("vrouter counters per node (encapsulated, decapsulated, dropped)");
     for n in 1..=cfg.nodes {
         println!("{}: {}", node_ns(n), counters_line(n));
+    }
+    // Not a step that can fail the run: a daemon that does not answer
+    // leaves its names out, which the dashboard test reports.
+    for port in [9091, 9092] {
+        match scrape(1, port) {
+            Ok(text) => report.metric_names.extend(metric_names(&text)),
+            Err(e) => eprintln!("lab: {e:#}"),
+        }
     }
     summary(cfg, report);
     Ok(())
@@ -1027,6 +1039,47 @@ fn ping_matrix(pods: &[Pod], report: &mut LabReport) {
         matrix.push('\n');
     }
     println!("{matrix}");
+}
+
+/// The Prometheus text a daemon of node `n` serves on its loopback `port`.
+fn scrape(n: u8, port: u16) -> Result<String> {
+    // `ip netns exec` with bash's /dev/tcp: the endpoint listens on the
+    // node's loopback, which only a process in its namespace reaches.
+    sh(in_ns(&node_ns(n), "bash").args([
+        "-c",
+        &format!(
+            "exec 3<>/dev/tcp/127.0.0.1/{port} && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+        ),
+    ]))
+    .with_context(|| format!("scraping {}:{port}", node_ns(n)))
+}
+
+/// The sample names of a Prometheus text exposition (what a query names:
+/// `x_total`, `x_bucket`, ...), plus, for families without samples yet,
+/// the names their `# TYPE` line implies.
+pub fn metric_names(exposition: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for line in exposition.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut words = rest.split_whitespace();
+            if let (Some(name), Some(kind)) = (words.next(), words.next()) {
+                let suffixes: &[&str] = match kind {
+                    "counter" => &["_total"],
+                    "histogram" => &["_bucket", "_sum", "_count"],
+                    _ => &[""],
+                };
+                out.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+            }
+        } else if !line.starts_with('#')
+            && let Some(name) = line.split(['{', ' ']).next()
+            && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && line.len() > name.len()
+        {
+            out.insert(name.to_owned());
+        }
+    }
+    out
 }
 
 /// The vrouter's forwarding, tunnel and drop counters on node `n`, summed

@@ -71,6 +71,27 @@ fn three_nodes_two_pods_all_pairs_ping_then_nothing_is_left() {
     let report = run_and_check_nothing_is_left(&cfg);
     assert_eq!(report.paths.len(), 6, "{report:?}");
     assert!(report.paths.iter().all(|p| p.kind == "ipip"), "{report:?}");
+    every_metric_the_dashboard_queries_is_exported(&report);
+}
+
+/// The Grafana dashboard against running daemons: node 1's brindle-ctrl
+/// and brindle-vrouter, scraped by the lab after the traffic. Checked in
+/// the run above rather than in a lab run of its own (CI time).
+fn every_metric_the_dashboard_queries_is_exported(report: &lab::LabReport) {
+    let exported = &report.metric_names;
+    assert!(
+        exported.iter().any(|n| n.starts_with("brindle_ctrl_"))
+            && exported.iter().any(|n| n.starts_with("brindle_vrouter_")),
+        "both daemons scraped: {exported:?}"
+    );
+    let missing: Vec<String> = dashboard_metric_names()
+        .into_iter()
+        .filter(|n| !exported.contains(n))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "deploy/grafana/brindle.json queries metrics neither daemon exports: {missing:?}"
+    );
 }
 
 #[test]
@@ -101,4 +122,67 @@ fn cross_subnet_is_native_on_one_subnet_and_ipip_across_the_router() {
         ],
         "{report:?}"
     );
+}
+
+/// Every `brindle_*` metric name the Grafana dashboard in deploy/grafana
+/// queries.
+fn dashboard_metric_names() -> std::collections::BTreeSet<String> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/brindle.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut exprs = Vec::new();
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v) {
+                        ("expr" | "definition", serde_json::Value::String(s)) => {
+                            out.push(s.clone())
+                        }
+                        ("query", serde_json::Value::String(s)) => out.push(s.clone()),
+                        _ => walk(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    walk(&dashboard, &mut exprs);
+    let mut names = std::collections::BTreeSet::new();
+    for e in exprs {
+        let mut rest = e.as_str();
+        while let Some(i) = rest.find("brindle_") {
+            let tail = &rest[i..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            names.insert(tail[..end].to_owned());
+            rest = &tail[end..];
+        }
+    }
+    names
+}
+
+#[test]
+fn the_dashboard_names_metrics_and_the_exposition_parser_finds_sample_names() {
+    // Not root: the half of the dashboard check that needs no lab.
+    let names = dashboard_metric_names();
+    assert!(names.len() > 10, "{names:?}");
+    let parsed = lab::metric_names(
+        "# HELP brindle_x_total X.\n# TYPE brindle_x counter\nbrindle_x_total{worker=\"0\"} 3\n\
+         # TYPE brindle_h histogram\n# TYPE brindle_g gauge\nbrindle_g 1\n",
+    );
+    let want: std::collections::BTreeSet<String> = [
+        "brindle_x_total",
+        "brindle_h_bucket",
+        "brindle_h_sum",
+        "brindle_h_count",
+        "brindle_g",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(parsed, want);
 }
