@@ -2,7 +2,7 @@
 //! vrouter programming). See `ctrl/README.md`.
 //!
 //! Unsafe code is denied by the workspace lints; the one exception is the
-//! TCP-MD5 `setsockopt` in `bgp::speaker::md5`, which opts back in locally.
+//! TCP-MD5 `setsockopt` in `bgp::md5::sys`, which opts back in locally.
 #![deny(unsafe_code)]
 
 pub mod api_server;

@@ -11,7 +11,7 @@
 //! again on replay (by the reader's own function), so a decoding bug shows
 //! up in the replay too. Passwords are not recorded.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
@@ -21,13 +21,11 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
-use super::fsm::{ConnId, Fsm, Input, Negotiated, Output};
+use super::config::{PeerConfig, SpeakerConfig};
+use super::core::{Core, TimerKind, decode_frame, initial_decode_cxt};
+use super::fsm::ConnId;
 use super::packet::{DecodeCxt, get_message_len};
-use super::rib::{Rib, RouteChange, RouteEntry};
-use super::speaker::{
-    PeerConfig, SpeakerConfig, TimerKind, decode_frame, fsm_config, initial_decode_cxt,
-    peer_info_of, rib_down, rib_update,
-};
+use super::rib::{RouteChange, RouteEntry};
 
 /// A timer that fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,26 +231,14 @@ pub enum ReplayError {
     NoStart,
 }
 
-struct ReplayPeer {
-    config: PeerConfig,
-    fsm: Fsm,
-    established: Option<(ConnId, Negotiated)>,
-}
-
-struct ReplayConn {
-    peer: IpAddr,
-    local: Option<SocketAddr>,
-    cxt: DecodeCxt,
-}
-
-/// The speaker's FSMs and RIB fed from a recording: what the owner task
-/// does with each input, minus the I/O (sends, connects and timers are
-/// outputs to drop: their consequences are in the recording).
+/// The speaker's core fed from a recording: the same FSMs, RIB and
+/// handling of every FSM output as the live speaker ([`Core`]), minus the
+/// I/O (its actions, sends, connects and timers, are dropped: their
+/// consequences are in the recording).
 pub struct Replay {
-    config: SpeakerConfig,
-    rib: Rib,
-    peers: HashMap<IpAddr, ReplayPeer>,
-    conns: HashMap<ConnId, ReplayConn>,
+    core: Core,
+    /// Each connection's decode context, as its reader task keeps it.
+    cxts: HashMap<ConnId, DecodeCxt>,
     changes: Vec<RouteChange>,
 }
 
@@ -305,17 +291,15 @@ impl Replay {
         config.ipv6_next_hop = *ipv6_next_hop;
         config.listen = None;
         Some(Replay {
-            rib: Rib::new(config.local_as, config.router_id, config.cluster_id),
-            config,
-            peers: HashMap::new(),
-            conns: HashMap::new(),
+            core: Core::new(config),
+            cxts: HashMap::new(),
             changes: Vec::new(),
         })
     }
 
     /// Every path in the Loc-RIB, as [`super::speaker::Speaker::routes`].
     pub fn routes(&self) -> Vec<RouteEntry> {
-        self.rib.routes()
+        self.core.routes()
     }
 
     /// The best-route changes so far, as the speaker's channel carried them.
@@ -350,147 +334,55 @@ impl Replay {
                 c.passive = passive;
                 c.local_address = local_address;
                 c.families = families;
-                if self.peers.contains_key(&address) {
-                    return Ok(()); // refused by the speaker too
-                }
-                let fsm = Fsm::new(fsm_config(&self.config, &c));
-                self.peers.insert(
-                    address,
-                    ReplayPeer {
-                        config: c,
-                        fsm,
-                        established: None,
-                    },
-                );
-                self.run_fsm(address, Input::ManualStart);
+                // A second one was refused by the speaker too.
+                let _ = self.core.add_peer(c);
             }
             Recorded::RemovePeer { address } => {
-                if self.peers.contains_key(&address) {
-                    self.run_fsm(address, Input::ManualStop);
-                    self.peers.remove(&address);
-                    self.rib.peer_down(address, false);
-                }
+                self.core.remove_peer(address);
             }
-            Recorded::Announce { prefix, next_hop } => self.rib.announce_local(prefix, next_hop),
-            Recorded::Withdraw { prefix } => self.rib.withdraw_local(prefix),
+            Recorded::Announce { prefix, next_hop } => self.core.announce(prefix, next_hop),
+            Recorded::Withdraw { prefix } => self.core.withdraw(prefix),
             Recorded::Connection {
                 peer,
                 conn,
                 local,
                 inbound,
             } => {
-                self.conns.insert(
-                    conn,
-                    ReplayConn {
-                        peer,
-                        local,
-                        cxt: initial_decode_cxt(),
-                    },
-                );
-                let input = if inbound {
-                    Input::TcpConnectionConfirmed(conn)
-                } else {
-                    Input::TcpCrAcked(conn)
-                };
-                self.run_fsm(peer, input);
+                self.cxts.insert(conn, initial_decode_cxt());
+                self.core.connection(peer, conn, local, inbound);
             }
-            Recorded::ConnectFailed { peer } => self.run_fsm(peer, Input::TcpConnectFailed),
+            Recorded::ConnectFailed { peer } => self.core.connect_failed(peer),
             Recorded::Frame { conn, octets } => {
                 let octets = from_hex(&octets).ok_or("octets: not hex")?;
-                let Some(c) = self.conns.get_mut(&conn) else {
+                if self.core.conn_peer(conn).is_none() {
                     return Ok(());
-                };
-                let peer = c.peer;
-                let input = match get_message_len(&octets) {
-                    Err(e) => Input::DecodeError(conn, e),
-                    Ok(Some(len)) if len <= octets.len() => {
-                        match decode_frame(&octets[..len], &mut c.cxt) {
-                            Ok(msg) => Input::Message(conn, msg),
-                            Err(e) => Input::DecodeError(conn, e),
-                        }
-                    }
+                }
+                let cxt = self.cxts.entry(conn).or_insert_with(initial_decode_cxt);
+                let msg = match get_message_len(&octets) {
+                    Err(e) => Err(e),
+                    Ok(Some(len)) if len <= octets.len() => decode_frame(&octets[..len], cxt),
                     Ok(_) => return Err("a frame shorter than its header says".into()),
                 };
-                self.run_fsm(peer, input);
+                self.core.received(conn, msg);
             }
-            Recorded::Closed { conn } => {
-                if let Some(c) = self.conns.get(&conn) {
-                    let peer = c.peer;
-                    self.run_fsm(peer, Input::TcpConnectionFails(conn));
-                }
-            }
+            Recorded::Closed { conn } => self.core.closed(conn),
             Recorded::Timer { peer, timer, conn } => {
                 let need_conn = || conn.ok_or_else(|| format!("{timer:?} timer without conn"));
-                let input = match timer {
-                    TimerName::ConnectRetry => Input::ConnectRetryTimerExpired,
-                    TimerName::Hold => Input::HoldTimerExpired(need_conn()?),
-                    TimerName::Keepalive => Input::KeepaliveTimerExpired(need_conn()?),
-                    TimerName::Restart => {
-                        self.rib.remove_stale(peer, None);
-                        self.flush();
-                        return Ok(());
-                    }
+                let kind = match timer {
+                    TimerName::ConnectRetry => TimerKind::ConnectRetry,
+                    TimerName::Hold => TimerKind::Hold(need_conn()?),
+                    TimerName::Keepalive => TimerKind::Keepalive(need_conn()?),
+                    TimerName::Restart => TimerKind::Restart,
                 };
-                self.run_fsm(peer, input);
+                self.core.timer(peer, kind);
             }
         }
-        self.flush();
+        // What would be sent does not matter here; the RIB's dirty set is
+        // cleared as the speaker's flush clears it.
+        self.changes.extend(self.core.flush());
+        drop(self.core.take_actions());
+        self.cxts.retain(|c, _| self.core.conn_peer(*c).is_some());
         Ok(())
-    }
-
-    fn flush(&mut self) {
-        // What would be exported does not matter here; the dirty set is
-        // cleared as the owner's flush clears it.
-        let _ = self.rib.take_dirty();
-        self.changes.extend(self.rib.take_changes());
-    }
-
-    fn run_fsm(&mut self, peer: IpAddr, input: Input) {
-        let mut queue = VecDeque::from([input]);
-        while let Some(input) = queue.pop_front() {
-            let Some(p) = self.peers.get_mut(&peer) else {
-                return;
-            };
-            for output in p.fsm.process(input) {
-                match output {
-                    Output::Close(id) => {
-                        self.conns.remove(&id);
-                    }
-                    Output::Established(id, neg) => {
-                        let local = self.conns.get(&id).and_then(|c| c.local);
-                        let info = peer_info_of(
-                            peer,
-                            &neg,
-                            local,
-                            p.config.rr_client,
-                            self.config.ipv6_next_hop,
-                        );
-                        p.established = Some((id, neg));
-                        self.rib.peer_up(info);
-                    }
-                    Output::Update(u) => {
-                        if let Some(i) = rib_update(&mut self.rib, peer, &u, p.config.max_prefixes)
-                        {
-                            queue.push_back(i);
-                        }
-                    }
-                    Output::Down { graceful, .. } => {
-                        let restart = p
-                            .established
-                            .take()
-                            .and_then(|e| e.1.peer_graceful_restart)
-                            .map(|g| g.restart_time);
-                        rib_down(&mut self.rib, peer, graceful, restart);
-                    }
-                    Output::Connect
-                    | Output::Send(..)
-                    | Output::SetConnectRetryTimer(_)
-                    | Output::SetHoldTimer(..)
-                    | Output::SetKeepaliveTimer(..)
-                    | Output::RouteRefresh(_) => {}
-                }
-            }
-        }
     }
 }
 

@@ -30,6 +30,7 @@ pub(super) const ATTR_MP_REACH: u8 = 14;
 pub(super) const ATTR_MP_UNREACH: u8 = 15;
 pub(super) const ATTR_AS4_PATH: u8 = 17;
 
+/// The path attributes this speaker understands, plus unknown transitive
 /// ones kept for passing on.
 #[derive(Clone, Debug, PartialEq, Eq, Default, Hash)]
 pub struct Attrs {

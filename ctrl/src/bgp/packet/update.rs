@@ -27,8 +27,6 @@ pub struct UpdateMsg {
     pub discarded: Vec<u8>,
 }
 
-/// The path attributes this speaker understands, plus unknown transitive
-
 pub(super) fn decode_prefixes_v4(buf: &[u8]) -> Result<Vec<Ipv4Net>, UpdateError> {
     let mut r = Reader::new(buf);
     let mut out = Vec::new();
