@@ -29,18 +29,29 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use brindle_api::cni::NetConfList;
-use brindle_cni::conflist::{ConflistParams, render};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
+
+mod cni;
+mod exec;
+mod teardown;
+
+use cni::{CONFLIST, Pod, cni_add, cni_conf_dir, cni_del, install_cni};
+use exec::{in_ns, ip, sh, sh_within, succeeds_within, wait_for};
+use teardown::{OWNER, process_identity, running_owner, spawn_daemon};
+pub use teardown::{Stopped, Teardown, down, lab_namespaces};
+
+/// How long one `brindlectl` call or metrics scrape may take: brindlectl
+/// bounds its own socket reads and writes; this bounds the whole process.
+const CLI_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The prefix of every namespace and pin the lab makes.
 pub const PREFIX: &str = "brl-";
@@ -49,17 +60,6 @@ pub const STATE_DIR: &str = "/run/brindle-lab";
 const UNDERLAY_NS: &str = "brl-underlay";
 /// The router's address on the first subnet; etcd listens there.
 const ETCD_ADDR: &str = "10.99.0.254";
-const NETWORK: &str = "k8s-pod-network";
-/// The conflist's file name, as deploy/ installs it.
-const CONFLIST: &str = "10-brindle.conflist";
-/// The reference plugins the conflist chains after `brindle` (Debian's
-/// containernetworking-plugins).
-const REFERENCE_PLUGINS: &str = "/usr/lib/cni";
-
-/// The daemons this process started, reaped by [`down`] so none is left
-/// as a zombie while the caller (a test) keeps running.
-static CHILDREN: Mutex<Vec<Child>> = Mutex::new(Vec::new());
-
 /// Held for the whole of [`run`]: two labs in one process (two tests of
 /// one test binary run on parallel threads) would share every name.
 static RUNNING: Mutex<()> = Mutex::new(());
@@ -172,6 +172,8 @@ pub struct LabReport {
     /// (sample names, as a dashboard queries them), scraped after the
     /// traffic: the dashboard test checks deploy/grafana against them.
     pub metric_names: std::collections::BTreeSet<String>,
+    /// The final teardown (none with `keep`).
+    pub teardown: Option<Teardown>,
 }
 
 impl LabReport {
@@ -181,14 +183,6 @@ impl LabReport {
             && self.pairs_total > 0
             && self.paths.iter().all(|p| p.kind == p.expected)
     }
-}
-
-struct Pod {
-    node: u8,
-    name: String,
-    ip: Ipv4Addr,
-    /// The chain's ADD result, which libcni caches for DEL.
-    add_result: Value,
 }
 
 fn node_ns(n: u8) -> String {
@@ -201,195 +195,6 @@ fn state() -> PathBuf {
 
 fn node_dir(n: u8) -> PathBuf {
     state().join(format!("n{n}"))
-}
-
-/// The lab's `/opt/cni/bin`: what deploy/'s init container installs.
-fn cni_bin_dir() -> PathBuf {
-    state().join("opt/cni/bin")
-}
-
-/// Node `n`'s `/etc/cni/net.d`.
-fn cni_conf_dir(n: u8) -> PathBuf {
-    node_dir(n).join("etc/cni/net.d")
-}
-
-fn sh(cmd: &mut Command) -> Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("could not start {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn ip(args: &[&str]) -> Result<String> {
-    sh(Command::new("ip").args(args))
-}
-
-/// A command run in a namespace. Inherited `BRINDLE_*` variables (the
-/// smoke test's own gate, a developer's shell) are removed: the daemons
-/// treat every `BRINDLE_` variable as configuration and refuse unknown ones.
-fn in_ns(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns]).arg(program);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("BRINDLE_") {
-            c.env_remove(key);
-        }
-    }
-    c
-}
-
-fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) -> Result<()> {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if ok() {
-            return Ok(());
-        }
-        thread::sleep(Duration::from_millis(250));
-    }
-    bail!("timed out after {timeout:?} waiting for {what}")
-}
-
-/// The lab's namespaces that exist now.
-pub fn lab_namespaces() -> Vec<String> {
-    ip(&["netns", "list"])
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(PREFIX))
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Removes everything a lab (finished, kept or interrupted) left behind.
-pub fn down() -> Result<()> {
-    for ns in lab_namespaces() {
-        for signal in ["-TERM", "-KILL"] {
-            let pids = ip(&["netns", "pids", &ns]).unwrap_or_default();
-            let pids: Vec<&str> = pids.split_whitespace().collect();
-            if pids.is_empty() {
-                break;
-            }
-            let _ = Command::new("kill")
-                .arg(signal)
-                .args(&pids)
-                .stderr(Stdio::null())
-                .status();
-            let _ = wait_for("processes to exit", Duration::from_secs(3), || {
-                ip(&["netns", "pids", &ns])
-                    .map(|p| p.trim().is_empty())
-                    .unwrap_or(true)
-            });
-        }
-        // Pods first would not matter: deleting a namespace deletes its veths.
-        let _ = ip(&["netns", "del", &ns]);
-    }
-    // Processes started outside a namespace (none today), by pid file.
-    if let Ok(entries) = fs::read_dir(state()) {
-        for e in entries.flatten() {
-            if e.path().extension().is_some_and(|x| x == "pid")
-                && let Ok(pid) = fs::read_to_string(e.path())
-                && started_by_lab(pid.trim())
-            {
-                let _ = Command::new("kill")
-                    .args(["-KILL", pid.trim()])
-                    .stderr(Stdio::null())
-                    .status();
-            }
-        }
-    }
-    for mut child in CHILDREN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .drain(..)
-    {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    if let Ok(entries) = fs::read_dir("/sys/fs/bpf") {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(PREFIX) {
-                let _ = fs::remove_dir_all(e.path());
-            }
-        }
-    }
-    let _ = fs::remove_dir_all(state());
-    let left = lab_namespaces();
-    if !left.is_empty() {
-        bail!("namespaces left after lab down: {left:?}");
-    }
-    Ok(())
-}
-
-/// The file naming the process running the lab (`<pid> <start time>`);
-/// it has no `.pid` extension so that [`down`] never kills that process.
-const OWNER: &str = "owner";
-
-/// `<pid> <start time in clock ticks since boot>`: a pid that cannot be
-/// mistaken for a later process that got the same number.
-fn process_identity(pid: u32) -> Result<String> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The command name (field 2) may hold spaces: count from its ')'.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // A zombie (or dying) process keeps its entry until it is reaped.
-    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
-        bail!("process {pid} has exited");
-    }
-    let start = fields
-        .get(19)
-        .context("/proc/<pid>/stat without a start time")?;
-    Ok(format!("{pid} {start}"))
-}
-
-/// The pid of another process running a lab right now, if one is: the
-/// owner file names a live process other than this one. A run that was
-/// interrupted, or finished with `--keep`, has no live owner.
-fn running_owner() -> Option<u32> {
-    let owner = fs::read_to_string(state().join(OWNER)).ok()?;
-    let pid: u32 = owner.split_whitespace().next()?.parse().ok()?;
-    let alive = process_identity(pid).is_ok_and(|now| now == owner.trim());
-    (alive && pid != std::process::id()).then_some(pid)
-}
-
-/// Whether a pid (from a pid file) is still one of the lab's processes
-/// and not a recycled pid: its arguments or environment name the state dir.
-fn started_by_lab(pid: &str) -> bool {
-    ["cmdline", "environ"].iter().any(|f| {
-        fs::read(format!("/proc/{pid}/{f}"))
-            .is_ok_and(|b| String::from_utf8_lossy(&b).contains(STATE_DIR))
-    })
-}
-
-/// Starts a daemon in a namespace, logging into the state dir.
-fn spawn_daemon(
-    ns: &str,
-    name: &str,
-    program: &Path,
-    args: &[String],
-    env: &[(String, String)],
-) -> Result<()> {
-    let log = fs::File::create(state().join(format!("{name}.log")))?;
-    let child = in_ns(ns, program)
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting {name}"))?;
-    fs::write(state().join(format!("{name}.pid")), child.id().to_string())?;
-    CHILDREN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(child);
-    Ok(())
 }
 
 fn step(name: &str) {
@@ -431,7 +236,9 @@ pub fn run(cfg: &LabConfig) -> Result<LabReport> {
                     .get_or_insert_with(|| format!("CNI DEL {}: {e:#}", pod.name));
             }
         }
-        down()?;
+        let t = down()?;
+        eprintln!("{t}");
+        report.teardown = Some(t);
     } else {
         if let Some(p) = pods.first() {
             eprintln!(
@@ -480,7 +287,10 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
         }
     }
     step("remove leftovers of an earlier lab");
-    down()?;
+    let t = down()?;
+    if !t.stopped.is_empty() {
+        eprintln!("{t}");
+    }
     fs::create_dir_all(state())?;
     fs::write(state().join(OWNER), process_identity(std::process::id())?)?;
 
@@ -682,10 +492,10 @@ fn underlay(cfg: &LabConfig) -> Result<()> {
         );
     }
     wait_for("etcd", Duration::from_secs(20), || {
-        in_ns(&node_ns(1), "bash")
-            .args(["-c", &format!("exec 3<>/dev/tcp/{ETCD_ADDR}/2379")])
-            .status()
-            .is_ok_and(|s| s.success())
+        succeeds_within(
+            in_ns(&node_ns(1), "bash").args(["-c", &format!("exec 3<>/dev/tcp/{ETCD_ADDR}/2379")]),
+            Duration::from_secs(5),
+        )
     })
 }
 
@@ -763,178 +573,17 @@ fn nodes(cfg: &LabConfig) -> Result<()> {
     Ok(())
 }
 
-/// What deploy/'s init container does on each node: the plugins into
-/// `/opt/cni/bin` (here links to the release build and to Debian's
-/// reference plugins) and the conflist rendered from the one template into
-/// `/etc/cni/net.d`.
-fn install_cni(cfg: &LabConfig) -> Result<()> {
-    let bin = cni_bin_dir();
-    fs::create_dir_all(&bin)?;
-    for plugin in ["brindle", "brindle-ipam"] {
-        std::os::unix::fs::symlink(cfg.bin_dir.join(plugin), bin.join(plugin))?;
-    }
-    for plugin in ["tuning", "bandwidth", "portmap"] {
-        let reference = Path::new(REFERENCE_PLUGINS).join(plugin);
-        if !reference.exists() {
-            bail!(
-                "{} missing: the conflist chains it (apt-get install containernetworking-plugins)",
-                reference.display()
-            );
-        }
-        std::os::unix::fs::symlink(reference, bin.join(plugin))?;
-    }
-    for n in 1..=cfg.nodes {
-        let sock = node_dir(n).join("ctrl.sock").display().to_string();
-        let list = render(&ConflistParams {
-            network_name: NETWORK.into(),
-            // The plugin's key sizes the MTU only: cross-subnet may
-            // encapsulate, so it reserves IPIP's 20 bytes like Calico's
-            // CrossSubnet does.
-            encapsulation: match cfg.encap.as_str() {
-                "vxlan" => "vxlan",
-                "none" => "none",
-                _ => "ipip",
-            }
-            .into(),
-            ctrl_socket: sock.clone(),
-            // The lab's nodes share one host name: the node is named here
-            // (operators leave it to NODENAME or the host name).
-            ipam: json!({"type": "brindle-ipam", "mode": "daemon", "socket": sock, "node": node_ns(n)}),
-            ..ConflistParams::default()
-        })?;
-        let dir = cni_conf_dir(n);
-        fs::create_dir_all(&dir)?;
-        fs::write(
-            dir.join(CONFLIST),
-            serde_json::to_string_pretty(&list)? + "\n",
-        )?;
-    }
-    eprintln!(
-        "plugins in {}, conflists in {}/n<N>/etc/cni/net.d/{CONFLIST}",
-        bin.display(),
-        STATE_DIR
-    );
-    Ok(())
-}
-
-/// Node `n`'s conflist, read back from its `/etc/cni/net.d` as a runtime
-/// loads it.
-fn load_conflist(n: u8) -> Result<NetConfList> {
-    let path = cni_conf_dir(n).join(CONFLIST);
-    let text = fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{}", path.display()))
-}
-
-/// A pod: its netns, then the conflist's plugins ADDed in order, each
-/// getting the previous one's result (libcni's AddNetworkList).
-fn cni_add(n: u8, name: &str) -> Result<Pod> {
-    ip(&["netns", "add", name])?;
-    let list = load_conflist(n)?;
-    let mut prev: Option<Value> = None;
-    for i in 0..list.plugins.len() {
-        let conf = list
-            .plugin_conf(i, &Map::new(), prev.as_ref())
-            .context("plugin index")?;
-        let mut attempt = 0;
-        let result = loop {
-            match exec_plugin(n, name, "ADD", &conf) {
-                Ok(r) => break r,
-                // CNI code 11: try again later (the vrouter not yet programmed).
-                Err(e) if i == 0 && attempt < 20 && e.to_string().contains("\"code\":11") => {
-                    attempt += 1;
-                    eprintln!("CNI ADD {name}: {e:#}; retrying");
-                    thread::sleep(Duration::from_millis(500));
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        prev = Some(result);
-    }
-    let result = prev.context("the conflist has no plugins")?;
-    let addr = result["ips"][0]["address"]
-        .as_str()
-        .context("ADD result without ips[0].address")?;
-    let ip: Ipv4Addr = addr.split('/').next().unwrap_or("").parse()?;
-    Ok(Pod {
-        node: n,
-        name: name.to_owned(),
-        ip,
-        add_result: result,
-    })
-}
-
-/// The conflist's plugins DELeted in reverse order, each with the cached
-/// ADD result (libcni's DelNetworkList).
-fn cni_del(pod: &Pod) -> Result<()> {
-    let list = load_conflist(pod.node)?;
-    let mut first_error = None;
-    for i in (0..list.plugins.len()).rev() {
-        let conf = list
-            .plugin_conf(i, &Map::new(), Some(&pod.add_result))
-            .context("plugin index")?;
-        if let Err(e) = exec_plugin(pod.node, &pod.name, "DEL", &conf) {
-            first_error.get_or_insert(e);
-        }
-    }
-    first_error.map_or(Ok(()), Err)
-}
-
-/// Execs one plugin of the chain, found in CNI_PATH, as a runtime on node
-/// `n` does: the CNI variables, the plugin config on stdin.
-fn exec_plugin(n: u8, pod: &str, command: &str, conf: &Value) -> Result<Value> {
-    let kind = conf["type"]
-        .as_str()
-        .context("plugin config without type")?;
-    let binary = cni_bin_dir().join(kind);
-    if !binary.exists() {
-        bail!(
-            "plugin {kind:?} not in CNI_PATH {}",
-            cni_bin_dir().display()
-        );
-    }
-    let mut child = in_ns(&node_ns(n), &binary)
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", pod)
-        .env("CNI_NETNS", format!("/var/run/netns/{pod}"))
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", cni_bin_dir())
-        .env(
-            "CNI_ARGS",
-            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=lab;K8S_POD_NAME={pod}"),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    child
-        .stdin
-        .take()
-        .context("stdin")?
-        .write_all(conf.to_string().as_bytes())?;
-    let out = child.wait_with_output()?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!(
-            "{kind} {command} {pod}: {}: {} {}",
-            out.status,
-            stdout.trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    if stdout.trim().is_empty() {
-        return Ok(Value::Null);
-    }
-    Ok(serde_json::from_str(&stdout)?)
-}
-
 fn brindlectl(cfg: &LabConfig, n: u8, args: &[&str]) -> Result<String> {
     let dir = node_dir(n);
-    sh(in_ns(&node_ns(n), cfg.bin_dir.join("brindlectl"))
-        .arg("--ctrl-socket")
-        .arg(dir.join("ctrl.sock"))
-        .arg("--vrouter-socket")
-        .arg(dir.join("vrouter.sock"))
-        .args(args))
+    sh_within(
+        in_ns(&node_ns(n), cfg.bin_dir.join("brindlectl"))
+            .arg("--ctrl-socket")
+            .arg(dir.join("ctrl.sock"))
+            .arg("--vrouter-socket")
+            .arg(dir.join("vrouter.sock"))
+            .args(args),
+        CLI_TIMEOUT,
+    )
 }
 
 fn brindlectl_json(cfg: &LabConfig, n: u8, args: &[&str]) -> Result<Vec<Value>> {
@@ -1021,12 +670,19 @@ fn ping_matrix(pods: &[Pod], report: &mut LabReport) {
                 continue;
             }
             report.pairs_total += 1;
-            let ok = in_ns(&a.name, "ping")
-                .args(["-c", "3", "-i", "0.2", "-W", "2", "-q", &b.ip.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
+            let ok = succeeds_within(
+                in_ns(&a.name, "ping").args([
+                    "-c",
+                    "3",
+                    "-i",
+                    "0.2",
+                    "-W",
+                    "2",
+                    "-q",
+                    &b.ip.to_string(),
+                ]),
+                Duration::from_secs(20),
+            );
             if ok {
                 report.pairs_ok += 1;
             } else {
@@ -1045,12 +701,15 @@ fn ping_matrix(pods: &[Pod], report: &mut LabReport) {
 fn scrape(n: u8, port: u16) -> Result<String> {
     // `ip netns exec` with bash's /dev/tcp: the endpoint listens on the
     // node's loopback, which only a process in its namespace reaches.
-    sh(in_ns(&node_ns(n), "bash").args([
-        "-c",
-        &format!(
-            "exec 3<>/dev/tcp/127.0.0.1/{port} && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
-        ),
-    ]))
+    sh_within(
+        in_ns(&node_ns(n), "bash").args([
+            "-c",
+            &format!(
+                "exec 3<>/dev/tcp/127.0.0.1/{port} && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+            ),
+        ]),
+        CLI_TIMEOUT,
+    )
     .with_context(|| format!("scraping {}:{port}", node_ns(n)))
 }
 
@@ -1086,12 +745,7 @@ pub fn metric_names(exposition: &str) -> std::collections::BTreeSet<String> {
 /// over its workers, from its Prometheus endpoint: the proof of which
 /// traffic was encapsulated, and of why any was dropped.
 fn counters_line(n: u8) -> String {
-    // `ip netns exec` with bash's /dev/tcp: the endpoint listens on the
-    // node's loopback, which only a process in its namespace reaches.
-    let text = match sh(in_ns(&node_ns(n), "bash").args([
-        "-c",
-        "exec 3<>/dev/tcp/127.0.0.1/9092 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3",
-    ])) {
+    let text = match scrape(n, 9092) {
         Ok(t) => t,
         Err(e) => return format!("metrics: {e:#}"),
     };
@@ -1223,15 +877,18 @@ fn throughput(from: &Pod, to: &Pod, secs: u32) -> Result<f64> {
         (total, first.map(|f| f.elapsed()))
     });
     thread::sleep(Duration::from_millis(500));
-    let _ = in_ns(&from.name, "timeout")
-        .args([
+    // The sender stops after `secs` by itself (coreutils' timeout); the
+    // bound here is for a sender stuck beyond that.
+    let _ = sh_within(
+        in_ns(&from.name, "timeout").args([
             secs.to_string(),
             "socat".into(),
             "-u".into(),
             "/dev/zero".into(),
             format!("TCP:{}:5001", to.ip),
-        ])
-        .status();
+        ]),
+        Duration::from_secs(u64::from(secs) + 20),
+    );
     // A transfer that never connected leaves the receiver listening.
     let deadline = Instant::now() + Duration::from_secs(5);
     while receiver.try_wait()?.is_none() && Instant::now() < deadline {
@@ -1253,6 +910,8 @@ fn throughput(from: &Pod, to: &Pod, secs: u32) -> Result<f64> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn cfg(nodes: u8, subnets: u8, encap: &str) -> LabConfig {

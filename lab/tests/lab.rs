@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Mutex;
 
 use brindle_lab::{self as lab, LabConfig};
 
@@ -15,10 +16,22 @@ fn bin_dir() -> PathBuf {
     brindle_testkit::built_binaries("BRINDLE_LAB_BIN_DIR")
 }
 
+/// Held from a lab's start to the end of its checks: the tests of this
+/// binary run on parallel threads, and `lab::run` serialises only the runs,
+/// so without it one test's "nothing is left" check could see the next
+/// test's lab starting (its etcd, vrouter, a `brindlectl node status`).
+static ONE_LAB_AND_ITS_CHECKS: Mutex<()> = Mutex::new(());
+
 /// Runs the lab and checks that it proved connectivity and left nothing:
 /// no namespace, interface, process, bpffs pin or file.
 fn run_and_check_nothing_is_left(cfg: &LabConfig) -> lab::LabReport {
+    let _alone = ONE_LAB_AND_ITS_CHECKS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let report = lab::run(cfg).expect("the lab runs and tears down");
+    let teardown = report.teardown.as_ref().expect("torn down");
+    // The evidence of issue 18: grep the test output for it.
+    eprintln!("lab smoke ({} {}): {teardown}", cfg.encap, cfg.subnets);
     let pods = usize::from(cfg.nodes) * usize::from(cfg.pods);
     assert_eq!(report.pods, pods, "{report:?}");
     assert_eq!(report.pairs_total, pods * (pods - 1), "{report:?}");

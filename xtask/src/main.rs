@@ -333,7 +333,9 @@ fn bench(args: &[String]) -> Result<()> {
 fn lab(args: &[String]) -> Result<()> {
     if args.first().map(String::as_str) == Some("down") {
         step("lab down");
-        return brindle_lab::down();
+        let t = brindle_lab::down()?;
+        eprintln!("{t}");
+        return Ok(());
     }
     if !is_root() {
         bail!("the lab needs root (network namespaces, XDP)");
