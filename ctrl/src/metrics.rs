@@ -3,10 +3,14 @@
 //! The HTTP side is a hand-written minimal HTTP/1.1 responder over tokio:
 //! three GET paths, one response per connection (`Connection: close`). The
 //! workspace has no HTTP server crate, and this listener serves a scraper
-//! and a probe on loopback, which does not justify adding one.
+//! and probes, which does not justify adding one. It is bounded
+//! ([`ServeLimits`]): 64 clients at once, 5 s for the request head and 5 s
+//! for the answer, a 4 KiB head (431 beyond), so one stuck or hostile
+//! client never stalls the liveness probe.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -14,7 +18,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tracing::debug;
 
 use crate::health::HealthWatch;
@@ -105,50 +110,151 @@ impl Metrics {
     }
 }
 
+/// Bounds of the metrics/health server: a slow, silent or oversized client
+/// costs one task and one slot for at most the timeouts, and never delays
+/// the probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Connections served at once; more are closed at once.
+    pub max_clients: usize,
+    /// Time for the whole request head to arrive.
+    pub header_timeout: Duration,
+    /// Time for the answer to be written.
+    pub write_timeout: Duration,
+    /// Largest request head; a longer one is answered 431.
+    pub max_request: usize,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            max_clients: 64,
+            header_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(5),
+            max_request: 4096,
+        }
+    }
+}
+
 /// Serves `/metrics`, `/healthz` (the process answers) and `/readyz`
 /// (datastore and vrouter reachable, [`crate::health::Health::ready`])
-/// until the task is dropped.
+/// until the task is dropped, within [`ServeLimits::default`].
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     health: HealthWatch,
 ) -> std::io::Result<()> {
+    serve_with(listener, metrics, health, ServeLimits::default()).await
+}
+
+/// [`serve`] within the given limits. Each connection is its own task, so
+/// a client that connects and sends nothing holds only its slot, until the
+/// header timeout.
+pub async fn serve_with(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    health: HealthWatch,
+    limits: ServeLimits,
+) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.max_clients));
     loop {
-        let (mut stream, peer) = listener.accept().await?;
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            // Out of descriptors and the like: the listener itself is fine.
+            Err(e) => {
+                debug!(error = %e, "metrics accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            debug!(%peer, limit = limits.max_clients, "metrics client refused: too many at once");
+            drop(stream);
+            continue;
+        };
         let metrics = metrics.clone();
         let health = health.clone();
         tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            let mut len = 0;
-            // Read the request head (we need only its first line).
-            while len < buf.len() {
-                match stream.read(&mut buf[len..]).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => len += n,
-                }
-                if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
+            answer(stream, &metrics, &health, &limits).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Why a request head could not be read.
+enum HeadError {
+    /// Longer than [`ServeLimits::max_request`].
+    TooLarge,
+    /// Closed, failed or timed out: nothing to answer.
+    Gone,
+}
+
+/// Reads the request head, up to the blank line, within the limits.
+async fn read_head(stream: &mut TcpStream, limits: &ServeLimits) -> Result<Vec<u8>, HeadError> {
+    let mut buf = vec![0u8; limits.max_request];
+    let mut len = 0;
+    let read = async {
+        loop {
+            if len == buf.len() {
+                return Err(HeadError::TooLarge);
             }
-            let head = String::from_utf8_lossy(&buf[..len]);
+            match stream.read(&mut buf[len..]).await {
+                Ok(0) | Err(_) => return Err(HeadError::Gone),
+                Ok(n) => len += n,
+            }
+            if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                return Ok(());
+            }
+        }
+    };
+    match tokio::time::timeout(limits.header_timeout, read).await {
+        Ok(Ok(())) => {
+            buf.truncate(len);
+            Ok(buf)
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(HeadError::Gone),
+    }
+}
+
+async fn answer(
+    mut stream: TcpStream,
+    metrics: &Metrics,
+    health: &HealthWatch,
+    limits: &ServeLimits,
+) {
+    let peer = stream.peer_addr().ok();
+    let (status, body) = match read_head(&mut stream, limits).await {
+        Err(HeadError::Gone) => {
+            debug!(?peer, "metrics client sent no complete request in time");
+            return;
+        }
+        Err(HeadError::TooLarge) => (
+            "431 Request Header Fields Too Large",
+            "request too large\n".to_owned(),
+        ),
+        Ok(head) => {
+            let head = String::from_utf8_lossy(&head);
             let mut words = head.split_whitespace();
             let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-            let (status, body) = match (method, path) {
+            match (method, path) {
                 ("GET", "/metrics") => ("200 OK", metrics.encode()),
                 ("GET", "/healthz") => ("200 OK", "ok\n".to_owned()),
                 ("GET", "/readyz") if health.borrow().ready() => ("200 OK", "ready\n".to_owned()),
                 ("GET", "/readyz") => ("503 Service Unavailable", "not ready\n".to_owned()),
                 ("GET", _) => ("404 Not Found", "not found\n".to_owned()),
                 _ => ("405 Method Not Allowed", "GET only\n".to_owned()),
-            };
-            let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            if let Err(e) = stream.write_all(response.as_bytes()).await {
-                debug!(%peer, error = %e, "metrics client went away");
             }
-        });
+        }
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    match tokio::time::timeout(limits.write_timeout, stream.write_all(response.as_bytes())).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!(?peer, error = %e, "metrics client went away"),
+        Err(_) => debug!(?peer, "metrics client did not take the answer in time"),
     }
 }
 
@@ -190,15 +296,6 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let (health, health_rx) = tokio::sync::watch::channel(crate::health::Health::default());
         let task = tokio::spawn(serve(listener, Arc::new(Metrics::new()), health_rx));
-        async fn get(addr: SocketAddr, path: &str) -> String {
-            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-                .await
-                .unwrap();
-            let mut out = String::new();
-            s.read_to_string(&mut out).await.unwrap();
-            out
-        }
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
         health.send_replace(crate::health::Health {
             datastore_ok: true,
@@ -212,6 +309,104 @@ mod tests {
                 .contains("brindle_ctrl_endpoints")
         );
         assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
+        task.abort();
+    }
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    async fn start(
+        limits: ServeLimits,
+    ) -> (SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>) {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_health, health_rx) = tokio::sync::watch::channel(crate::health::Health::default());
+        let task = tokio::spawn(serve_with(
+            listener,
+            Arc::new(Metrics::new()),
+            health_rx,
+            limits,
+        ));
+        (addr, task)
+    }
+
+    #[tokio::test]
+    async fn healthz_keeps_answering_while_clients_connect_and_send_nothing() {
+        let (addr, task) = start(ServeLimits::default()).await;
+        // Silent clients, and one that sent half a request head.
+        let mut silent = Vec::new();
+        for _ in 0..8 {
+            silent.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
+        half.write_all(b"GET /metrics HTTP/1.1\r\nHost:")
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            let out = get(addr, "/healthz").await;
+            assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+            assert!(out.ends_with("ok\n"), "{out}");
+        }
+        drop(silent);
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_is_closed_after_the_header_timeout() {
+        let (addr, task) = start(ServeLimits {
+            header_timeout: Duration::from_millis(100),
+            ..ServeLimits::default()
+        })
+        .await;
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut out = Vec::new();
+        // The server closes without an answer (EOF, or a reset).
+        let n = silent.read_to_end(&mut out).await.unwrap_or(0);
+        assert_eq!(n, 0, "{:?}", String::from_utf8_lossy(&out));
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_request_head_over_4_kib_is_answered_431() {
+        let (addr, task) = start(ServeLimits::default()).await;
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let long = format!(
+            "GET /metrics HTTP/1.1\r\nX-Filler: {}\r\n\r\n",
+            "a".repeat(5000)
+        );
+        // The server may close before it read everything: a failed write
+        // is fine, the answer is what counts.
+        let _ = s.write_all(long.as_bytes()).await;
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out).await;
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.starts_with("HTTP/1.1 431"), "{out}");
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn clients_beyond_the_limit_are_closed_and_the_rest_served() {
+        let (addr, task) = start(ServeLimits {
+            max_clients: 2,
+            ..ServeLimits::default()
+        })
+        .await;
+        let _a = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _b = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // Both slots are held by silent clients: a third is closed unanswered.
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = c.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await;
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out).await;
+        assert!(out.is_empty(), "{:?}", String::from_utf8_lossy(&out));
+        drop((_a, _b));
         task.abort();
     }
 }
