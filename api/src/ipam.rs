@@ -229,8 +229,8 @@ pub struct PoolView {
     /// Prefix length of its blocks.
     pub block_size: u8,
     /// Encapsulation mode (`none`, `ipip`, `ipip_cross_subnet`, `vxlan`,
-    /// `vxlan_cross_subnet`).
-    pub encapsulation: String,
+    /// `vxlan_cross_subnet` in JSON).
+    pub encapsulation: crate::Encapsulation,
     /// Outgoing NAT.
     pub nat_outgoing: bool,
     /// Node selector expression.

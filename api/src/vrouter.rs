@@ -26,8 +26,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-/// The MAC address the vrouter answers proxy ARP/NDP with on pod ports.
-pub const POD_GATEWAY_MAC: [u8; 6] = [0xee; 6];
+pub use crate::POD_GATEWAY_MAC;
 
 /// A MAC address, written `aa:bb:cc:dd:ee:ff` in JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

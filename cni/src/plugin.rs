@@ -25,12 +25,12 @@ use crate::netns;
 
 /// The pod's IPv4 gateway: answered by the vrouter's proxy ARP, never
 /// assigned anywhere (as in Calico).
-pub const GATEWAY_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+pub const GATEWAY_V4: Ipv4Addr = brindle_api::POD_GATEWAY_V4;
 /// The pod's IPv6 gateway: the link-local address derived from the host
 /// end's MAC `ee:ee:ee:ee:ee:ee`.
-pub const GATEWAY_V6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0xecee, 0xeeff, 0xfeee, 0xeeee);
+pub const GATEWAY_V6: Ipv6Addr = brindle_api::POD_GATEWAY_V6;
 /// MAC of every host end.
-pub const HOST_MAC: [u8; 6] = [0xee; 6];
+pub const HOST_MAC: [u8; 6] = brindle_api::POD_GATEWAY_MAC;
 /// MTU when neither `mtu` nor an uplink says otherwise.
 pub const FALLBACK_UPLINK_MTU: u32 = 1500;
 

@@ -12,7 +12,8 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use brindle_api::vrouter::{Encap, Route, RouteTarget, VrouterRequest};
+use brindle_api::Encapsulation;
+use brindle_api::vrouter::{Route, RouteTarget, VrouterRequest};
 use ipnet::IpNet;
 
 use crate::bgp::rib::{BestRoute, RouteChange};
@@ -22,8 +23,8 @@ use crate::bgp::rib::{BestRoute, RouteChange};
 pub struct PoolRouting {
     /// The pool's CIDR.
     pub cidr: IpNet,
-    /// `none`, `ipip`, `ipip_cross_subnet`, `vxlan`, `vxlan_cross_subnet`.
-    pub encapsulation: String,
+    /// The pool's encapsulation mode.
+    pub encapsulation: Encapsulation,
 }
 
 /// What this node knows about its own underlay.
@@ -47,13 +48,7 @@ pub fn route_for(best: &BestRoute, pools: &[PoolRouting], underlay: &Underlay) -
         .filter(|p| p.cidr.contains(&best.prefix))
         .max_by_key(|p| p.cidr.prefix_len());
     let same_subnet = underlay.subnet.is_some_and(|s| s.contains(&best.next_hop));
-    let encap = match pool.map(|p| p.encapsulation.as_str()) {
-        Some("ipip") => Some(Encap::Ipip),
-        Some("vxlan") => Some(Encap::Vxlan),
-        Some("ipip_cross_subnet") if !same_subnet => Some(Encap::Ipip),
-        Some("vxlan_cross_subnet") if !same_subnet => Some(Encap::Vxlan),
-        _ => None,
-    };
+    let encap = pool.and_then(|p| p.encapsulation.between(same_subnet));
     let target = match (encap, best.next_hop) {
         (Some(encap), IpAddr::V4(remote)) => RouteTarget::Encap { encap, remote },
         // No IPv6 outer header in the vrouter's encapsulations: an IPv6 next
@@ -96,6 +91,8 @@ pub fn block_diff(
 
 #[cfg(test)]
 mod tests {
+    use brindle_api::vrouter::Encap;
+
     use super::*;
 
     fn best(prefix: &str, nh: &str) -> BestRoute {
@@ -110,7 +107,7 @@ mod tests {
     fn pools(encapsulation: &str) -> Vec<PoolRouting> {
         vec![PoolRouting {
             cidr: "10.244.0.0/16".parse().unwrap(),
-            encapsulation: encapsulation.into(),
+            encapsulation: encapsulation.parse().unwrap(),
         }]
     }
 
@@ -216,7 +213,7 @@ mod tests {
         let mut p = pools("ipip");
         p.push(PoolRouting {
             cidr: "10.244.128.0/17".parse().unwrap(),
-            encapsulation: "vxlan".into(),
+            encapsulation: Encapsulation::Vxlan,
         });
         let r = route_for(&best("10.244.200.0/26", "172.16.0.9"), &p, &underlay());
         assert_eq!(r.target, encap(Encap::Vxlan, "172.16.0.9"));
@@ -228,7 +225,7 @@ mod tests {
             &best("fd00:244::/122", "fd00::12"),
             &[PoolRouting {
                 cidr: "fd00:244::/48".parse().unwrap(),
-                encapsulation: "vxlan".into(),
+                encapsulation: Encapsulation::Vxlan,
             }],
             &underlay(),
         );

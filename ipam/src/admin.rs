@@ -223,7 +223,7 @@ pub fn run(args: &[String], out: &mut impl Write) -> anyhow::Result<()> {
                         p.name.clone(),
                         p.cidr.to_string(),
                         format!("/{}", p.block_size),
-                        p.encapsulation.clone(),
+                        p.encapsulation.to_string(),
                         p.nat_outgoing.to_string(),
                         p.node_selector.clone(),
                         p.disabled.to_string(),

@@ -64,36 +64,10 @@ pub enum ModelError {
     },
 }
 
-/// How traffic from a pool's addresses crosses between nodes. The IPAM does
-/// not act on it; the node daemon reads it to program the vrouter.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Encapsulation {
-    /// Routed natively.
-    #[default]
-    None,
-    /// IP-in-IP always.
-    Ipip,
-    /// IP-in-IP only towards nodes in another subnet.
-    IpipCrossSubnet,
-    /// VXLAN always.
-    Vxlan,
-    /// VXLAN only towards nodes in another subnet.
-    VxlanCrossSubnet,
-}
-
-impl Encapsulation {
-    /// The snake_case name, as in the config.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Encapsulation::None => "none",
-            Encapsulation::Ipip => "ipip",
-            Encapsulation::IpipCrossSubnet => "ipip_cross_subnet",
-            Encapsulation::Vxlan => "vxlan",
-            Encapsulation::VxlanCrossSubnet => "vxlan_cross_subnet",
-        }
-    }
-}
+/// How traffic from a pool's addresses crosses between nodes (the API's
+/// type: the IPAM does not act on it; the node daemon reads it to program
+/// the vrouter).
+pub use brindle_api::Encapsulation;
 
 /// An IP pool (Calico's `IPPool`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

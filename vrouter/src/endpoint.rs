@@ -10,11 +10,12 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use crate::frame::PortId;
 
-/// The MAC the vrouter uses toward pods, as Calico does.
-pub const GATEWAY_MAC: [u8; 6] = [0xee; 6];
+/// The MAC the vrouter uses toward pods, as Calico does (the API's
+/// constant, which the CNI plugin gives every host end).
+pub const GATEWAY_MAC: [u8; 6] = brindle_api::POD_GATEWAY_MAC;
 
-/// The link-local gateway every pod routes through.
-pub const GATEWAY_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+/// The link-local gateway every pod routes through (the API's constant).
+pub const GATEWAY_V4: Ipv4Addr = brindle_api::POD_GATEWAY_V4;
 
 /// What a port connects to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

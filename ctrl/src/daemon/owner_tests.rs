@@ -56,7 +56,7 @@ fn net(s: &str) -> IpNet {
 fn pool(cidr: &str, encapsulation: &str) -> PoolRouting {
     PoolRouting {
         cidr: net(cidr),
-        encapsulation: encapsulation.into(),
+        encapsulation: encapsulation.parse().unwrap(),
     }
 }
 

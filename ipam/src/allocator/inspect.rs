@@ -45,7 +45,7 @@ impl<S: Datastore> Ipam<S> {
                     name: p.name.clone(),
                     cidr: p.cidr,
                     block_size: p.block_prefix(),
-                    encapsulation: p.encapsulation.as_str().to_owned(),
+                    encapsulation: p.encapsulation,
                     nat_outgoing: p.nat_outgoing,
                     node_selector: if p.node_selector.is_empty() {
                         "all()".to_owned()
