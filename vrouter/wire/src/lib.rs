@@ -15,6 +15,9 @@
 //! (hop limit exceeded and packet too big, built in place), [`udp`],
 //! [`vxlan`], and [`encap`] (IPIP and VXLAN outer headers written into the
 //! headroom in front of a packet, and the decapsulation offsets);
+//! [`vnet`] is the virtio-net header of TAP devices, [`gso`] cuts TCP/UDP
+//! super-packets into segments and [`gro`] coalesces TCP segments into
+//! super-packets, both by the Linux kernel's rules;
 //! [`checksum`] has RFC 1071/1624 and the pseudo-header.
 //!
 //! Why hand-written views and not etherparse on the hot path: the vrouter
@@ -58,22 +61,28 @@ pub mod checksum;
 pub mod encap;
 pub mod error;
 pub mod ethernet;
+pub mod gro;
+pub mod gso;
 pub mod icmpv4;
 pub mod icmpv6;
 pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
 pub mod udp;
+pub mod vnet;
 pub mod vxlan;
 
 pub use arp::{ArpRepr, Operation as ArpOperation, Packet as ArpPacket};
 pub use encap::{IpipEncap, OuterHeader, VxlanDecap, VxlanEncap};
 pub use error::{Error, Result};
 pub use ethernet::{EtherType, EthernetRepr, Frame as EthernetFrame, MacAddr, VlanTag};
+pub use gro::{Coalesced, Gro, Push};
+pub use gso::Gso;
 pub use icmpv4::{Icmpv4Error, Icmpv4Repr, Packet as Icmpv4Packet};
 pub use icmpv6::{Icmpv6Error, Icmpv6Repr, Packet as Icmpv6Packet};
 pub use ip::IpProtocol;
 pub use ipv4::{Ipv4Repr, Packet as Ipv4Packet};
 pub use ipv6::{Ipv6Repr, Packet as Ipv6Packet};
 pub use udp::{Packet as UdpPacket, UdpChecksum, UdpRepr};
+pub use vnet::{GsoType, VnetHdr};
 pub use vxlan::{Packet as VxlanPacket, VXLAN_PORT, VxlanRepr};

@@ -1,0 +1,292 @@
+//! GSO and GRO checked against the Linux kernel (root, in a namespace).
+//!
+//! A super-packet with its virtio-net header is written into a TAP that
+//! is bridged to a second TAP whose reader takes no offloads: the kernel
+//! segments it in software (`skb_gso_segment`, checksums completed) and
+//! the second TAP hands over the segments. They must equal ours byte for
+//! byte; and our GRO, fed the kernel's segments, must give back the
+//! super-packet that was written.
+
+mod common;
+
+use std::fs::File;
+use std::io::ErrorKind;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use brindle_testkit::netns::Netns;
+use brindle_wire::{Gro, Push, VnetHdr, vnet};
+use brindle_xsk::{Tap, TapConfig, TapOffloads, TapQueue};
+use common::{ACK, CWR, FIN, PSH, SRC_MAC, Spec, build, segments};
+
+/// A namespace with `ta` (offloads on) and `tb` (no offloads) on one
+/// bridge, IPv6 off so that nothing else is sent.
+struct Lab {
+    _ns: Netns,
+    a: Tap,
+    b: Tap,
+}
+
+fn lab() -> Result<Lab> {
+    let ns = Netns::new("gso")?;
+    for key in ["all", "default"] {
+        ns.exec(&[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv6.conf.{key}.disable_ipv6=1"),
+        ])?;
+    }
+    let file = File::open(ns.path()).context("open netns")?;
+    let a = Tap::create(Some(file.as_fd()), &TapConfig::pod("ta"))?;
+    let b = Tap::create(
+        Some(file.as_fd()),
+        &TapConfig {
+            offloads: TapOffloads::NONE,
+            ..TapConfig::pod("tb")
+        },
+    )?;
+    ns.ip(&["link", "add", "br0", "type", "bridge"])?;
+    for dev in ["ta", "tb"] {
+        ns.ip(&["link", "set", dev, "master", "br0", "up"])?;
+    }
+    ns.ip(&["link", "set", "br0", "up"])?;
+    Ok(Lab { _ns: ns, a, b })
+}
+
+/// Reads frames from `q` until `n` from our source MAC came (5 s at most);
+/// drops the virtio-net header.
+fn read_frames(q: &TapQueue, n: usize) -> Result<Vec<Vec<u8>>> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 70000];
+    while out.len() < n {
+        match q.read(&mut buf) {
+            Ok(len) => {
+                let frame = &buf[vnet::HEADER_LEN..len];
+                if frame.len() >= 12 && frame[6..12] == SRC_MAC {
+                    out.push(frame.to_vec());
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                ensure!(
+                    Instant::now() < deadline,
+                    "{} of {n} frames after 5 s",
+                    out.len()
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
+}
+
+fn write_super(q: &TapQueue, hdr: &VnetHdr, frame: &[u8]) -> Result<()> {
+    let mut buf = vec![0u8; vnet::HEADER_LEN + frame.len()];
+    hdr.emit(&mut buf)?;
+    buf[vnet::HEADER_LEN..].copy_from_slice(frame);
+    let n = q.write(&buf)?;
+    ensure!(n == buf.len(), "short write {n}");
+    Ok(())
+}
+
+fn first_diff(a: &[u8], b: &[u8]) -> String {
+    let at = a.iter().zip(b).position(|(x, y)| x != y);
+    format!(
+        "lengths {} / {}, first difference at {at:?}",
+        a.len(),
+        b.len()
+    )
+}
+
+#[test]
+#[ignore = "requires root (network namespace, TAP)"]
+fn kernel_segments_equal_ours_and_our_gro_rebuilds_the_super_packet() -> Result<()> {
+    let lab = lab()?;
+    let tcp_opts = Spec::tcp4(10000, 1448);
+    let cases = [
+        ("tcp4 psh", Spec::tcp4(10000, 1448)),
+        (
+            "tcp4 cwr fin, no options",
+            Spec {
+                flags: ACK | CWR | PSH | FIN,
+                options: vec![],
+                ..Spec::tcp4(5000, 1000)
+            },
+        ),
+        (
+            "tcp4 id wraps, seq wraps",
+            Spec {
+                ident: 0xfffe,
+                seq: 0xffff_fa00,
+                ..Spec::tcp4(6000, 1400)
+            },
+        ),
+        (
+            "tcp6",
+            Spec {
+                v6: true,
+                ..tcp_opts.clone()
+            },
+        ),
+        (
+            "udp4",
+            Spec {
+                tcp: false,
+                ..Spec::tcp4(4000, 1200)
+            },
+        ),
+        (
+            "udp6",
+            Spec {
+                tcp: false,
+                v6: true,
+                ..Spec::tcp4(4000, 1200)
+            },
+        ),
+    ];
+    let aq = &lab.a.queues()[0];
+    let bq = &lab.b.queues()[0];
+    for (name, spec) in cases {
+        let (hdr, frame) = build(&spec);
+        let ours = segments(&hdr, &frame);
+        write_super(aq, &hdr, &frame)?;
+        let kernel = read_frames(bq, ours.len()).with_context(|| name.to_owned())?;
+        for (i, (k, o)) in kernel.iter().zip(&ours).enumerate() {
+            ensure!(
+                k == o,
+                "{name}: segment {i} differs: {}\nkernel {}\nours   {}",
+                first_diff(k, o),
+                hex(k),
+                hex(o)
+            );
+        }
+        if !spec.tcp {
+            eprintln!("{name}: {} segments, equal to the kernel's", kernel.len());
+            continue;
+        }
+        let mut gro = Gro::new();
+        for (i, k) in kernel.iter().enumerate() {
+            let v = gro.push(k);
+            ensure!(
+                matches!(v, Push::Merged { .. }),
+                "{name}: kernel segment {i}: {v:?}"
+            );
+        }
+        let out = gro.take().context("held")?;
+        ensure!(
+            out.frame() == &frame[..],
+            "{name}: GRO: {}",
+            first_diff(out.frame(), &frame)
+        );
+        ensure!(
+            out.header == hdr,
+            "{name}: GRO header {:?} != {hdr:?}",
+            out.header
+        );
+        eprintln!(
+            "{name}: {} segments, equal to the kernel's; GRO gives the super-packet back",
+            kernel.len()
+        );
+    }
+    Ok(())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().take(80).map(|x| format!("{x:02x}")).collect()
+}
+
+/// The kernel's GRO as the reference: segments written into a TAP with
+/// `IFF_NAPI` (GRO held across polls by `gro_flush_timeout`) come out of a
+/// bridged TAP that takes TSO as one super-packet; ours must be the same.
+#[test]
+#[ignore = "requires root (network namespace, TAP)"]
+fn our_gro_equals_the_kernels_gro() -> Result<()> {
+    let ns = Netns::new("gro")?;
+    for key in ["all", "default"] {
+        ns.exec(&[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv6.conf.{key}.disable_ipv6=1"),
+        ])?;
+    }
+    let file = File::open(ns.path()).context("open netns")?;
+    let c = Tap::create(
+        Some(file.as_fd()),
+        &TapConfig {
+            napi: true,
+            ..TapConfig::pod("tc")
+        },
+    )?;
+    let d = Tap::create(Some(file.as_fd()), &TapConfig::pod("td"))?;
+    ns.ip(&["link", "add", "br1", "type", "bridge"])?;
+    for dev in ["tc", "td"] {
+        ns.ip(&["link", "set", dev, "master", "br1", "up"])?;
+    }
+    ns.ip(&["link", "set", "br1", "up"])?;
+    ns.exec(&[
+        "sh",
+        "-c",
+        "echo 100000000 > /sys/class/net/tc/gro_flush_timeout",
+    ])?;
+    for (name, spec) in [
+        ("tcp4", Spec::tcp4(10000, 1448)),
+        (
+            "tcp6",
+            Spec {
+                v6: true,
+                ..Spec::tcp4(10000, 1448)
+            },
+        ),
+    ] {
+        let (hdr, frame) = build(&spec);
+        let segs = segments(&hdr, &frame);
+        for s in &segs {
+            write_super(&c.queues()[0], &VnetHdr::PLAIN, s)?;
+        }
+        let mut buf = vec![0u8; 70000];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let got = loop {
+            match d.queues()[0].read(&mut buf) {
+                Ok(n) if buf[vnet::HEADER_LEN + 6..vnet::HEADER_LEN + 12] == SRC_MAC => break n,
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    ensure!(Instant::now() < deadline, "nothing after 5 s");
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let kh = VnetHdr::parse(&buf)?;
+        let kf = &buf[vnet::HEADER_LEN..got];
+        let mut gro = Gro::new();
+        for s in &segs {
+            gro.push(s);
+        }
+        let ours = gro.take().context("held")?;
+        eprintln!(
+            "{name}: kernel {kh:?} {} B; ours {:?} {} B",
+            kf.len(),
+            ours.header,
+            ours.frame().len()
+        );
+        ensure!(
+            kf == ours.frame(),
+            "{name}: {}\nkernel {}\nours   {}",
+            first_diff(kf, ours.frame()),
+            hex(kf),
+            hex(ours.frame())
+        );
+        ensure!(
+            VnetHdr { hdr_len: 0, ..kh }
+                == VnetHdr {
+                    hdr_len: 0,
+                    ..ours.header
+                },
+            "{name}: header {kh:?} / {:?}",
+            ours.header
+        );
+    }
+    Ok(())
+}
