@@ -231,6 +231,12 @@ pub struct IpamSection {
     pub nat_outgoing: bool,
     /// Never borrow from another node's block.
     pub strict_affinity: bool,
+    /// Seconds between automatic IPAM GC passes (leaked handles, dead
+    /// nodes' blocks); 0 turns the automatic GC off.
+    pub gc_interval_secs: u64,
+    /// Seconds a leaked handle or a dead node must stay so before the GC
+    /// releases it (covers an ADD in flight and a lagging pod source).
+    pub gc_grace_secs: u64,
 }
 
 impl Default for Config {
@@ -317,6 +323,8 @@ impl Default for IpamSection {
             encapsulation: "ipip".into(),
             nat_outgoing: true,
             strict_affinity: false,
+            gc_interval_secs: 60,
+            gc_grace_secs: 900,
         }
     }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -29,6 +30,13 @@ use crate::health::HealthWatch;
 pub struct StateLabel {
     /// The FSM state (`Established`, `Active`, ...).
     pub state: String,
+}
+
+/// Label of the IPAM GC counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// `leaked_handle`, `dead_node_handle` or `dead_node_block`.
+    pub reason: String,
 }
 
 /// Every metric the daemon exports.
@@ -48,6 +56,8 @@ pub struct Metrics {
     pub programming_seconds: Histogram,
     /// 1 when the vrouter answered last time.
     pub vrouter_reachable: Gauge,
+    /// What the automatic IPAM GC released, by reason.
+    pub ipam_gc_released: Family<ReasonLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -68,6 +78,7 @@ impl Metrics {
             endpoints: Gauge::default(),
             programming_seconds: Histogram::new(exponential_buckets(0.000_05, 4.0, 10)),
             vrouter_reachable: Gauge::default(),
+            ipam_gc_released: Family::default(),
             registry: Registry::default(),
         };
         registry.register("bgp_peers", "BGP peers by state", m.bgp_peers.clone());
@@ -96,6 +107,11 @@ impl Metrics {
             "vrouter_reachable",
             "1 when the vrouter answered last time",
             m.vrouter_reachable.clone(),
+        );
+        registry.register(
+            "ipam_gc_released",
+            "Handles and blocks the automatic IPAM GC released, by reason",
+            m.ipam_gc_released.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -3,6 +3,7 @@
 //! to the speaker task, datastore requests to the datastore thread; the
 //! owner itself never does I/O.
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use brindle_api::framing::Reply;
@@ -57,4 +58,21 @@ pub enum DatastoreRequest {
     /// Write the heartbeat (the node record with the blocks affine to us)
     /// and read pools, blocks and nodes.
     Refresh,
+    /// One pass of the automatic IPAM GC with what the owner knows now.
+    IpamGc(GcPass),
+}
+
+/// What one automatic IPAM GC pass is told of the world
+/// ([`brindle_ipam::gc::Liveness`], owned).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GcPass {
+    /// `(container_id, ifname)` of every endpoint of this node.
+    pub endpoints: BTreeSet<(String, String)>,
+    /// Every pod that exists (namespace, name); `None` without a pod
+    /// source: then the endpoints decide.
+    pub pods: Option<BTreeSet<(String, String)>>,
+    /// Nodes whose lease is live.
+    pub live_nodes: BTreeSet<String>,
+    /// When (ms since the Unix epoch), from the datastore view.
+    pub now_ms: u64,
 }

@@ -38,6 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brindle_ipam::Ipam;
+use brindle_ipam::gc::Collector;
 use brindle_ipam::model::{IpamConfig, Pool};
 use brindle_ipam::store::{Datastore, EmbeddedMode, EmbeddedStore, EtcdStore, EtcdTls};
 use ipnet::IpNet;
@@ -249,6 +250,8 @@ pub fn run_with_reload(
         ipam: ipam.clone(),
         registry: Registry::new(store.clone(), &config.datastore.prefix),
         record: node_record(&config, &v),
+        collector: Collector::new(Duration::from_secs(config.ipam.gc_grace_secs)),
+        metrics: metrics.clone(),
     }
     .spawn(events.clone())
     .map_err(|e| start_err("starting the datastore thread")(e.to_string()))?;

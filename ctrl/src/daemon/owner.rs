@@ -17,7 +17,7 @@ use ipnet::IpNet;
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-use super::effect::{BgpCommand, DatastoreRequest, Effect};
+use super::effect::{BgpCommand, DatastoreRequest, Effect, GcPass};
 use super::event::{DatastoreView, Event, Responder};
 use crate::bgp::rib::{BestRoute, RouteChange};
 use crate::bgp::speaker::PeerConfig;
@@ -76,6 +76,11 @@ pub struct Owner {
     endpoints: BTreeMap<String, Endpoint>,
     health: Health,
     stopping: bool,
+
+    // ----- automatic IPAM GC -----
+    /// When the next pass is due (ms since the Unix epoch, from the
+    /// datastore views); 0: at the first good view.
+    next_gc_ms: u64,
 }
 
 /// An internal error as a reply.
@@ -132,6 +137,7 @@ impl Owner {
             endpoints: BTreeMap::new(),
             health: Health::default(),
             stopping: false,
+            next_gc_ms: 0,
         }
     }
 
@@ -254,6 +260,9 @@ impl Owner {
 
     fn datastore(&mut self, view: DatastoreView, out: &mut Vec<Effect>) {
         let ok = view.ok();
+        if ok && let Some(nodes) = &view.nodes {
+            self.gc_tick(nodes, view.now_ms, out);
+        }
         if let Some(pools) = view.pools {
             self.pools(pools, out);
         }
@@ -301,6 +310,38 @@ impl Owner {
             }]));
         }
         self.blocks = affine;
+    }
+
+    /// The automatic IPAM GC, every `ipam.gc_interval_secs` of datastore
+    /// time, only on a view where every read worked (a node whose record
+    /// could not be read must not look dead). The collector in the
+    /// datastore thread decides what stayed collectable for the grace
+    /// period; this only says what is alive now.
+    fn gc_tick(&mut self, nodes: &[NodeRecord], now_ms: u64, out: &mut Vec<Effect>) {
+        let interval_ms = self.config.ipam.gc_interval_secs.saturating_mul(1000);
+        if interval_ms == 0 || now_ms < self.next_gc_ms {
+            return;
+        }
+        self.next_gc_ms = now_ms.saturating_add(interval_ms);
+        let endpoints = self
+            .endpoints
+            .values()
+            .map(|ep| (ep.key.container_id.clone(), ep.key.ifname.clone()))
+            .collect();
+        let live_nodes = nodes
+            .iter()
+            .filter(|n| n.is_live(now_ms))
+            .map(|n| n.name.clone())
+            .chain(std::iter::once(self.v.node_name.clone()))
+            .collect();
+        out.push(Effect::Datastore(DatastoreRequest::IpamGc(GcPass {
+            endpoints,
+            // No pod source yet: the endpoints decide (see NOTES: the
+            // Kubernetes source will give the pods here).
+            pods: None,
+            live_nodes,
+            now_ms,
+        })));
     }
 
     /// Makes the speaker's registry peers exactly [`wanted_peers`] and the

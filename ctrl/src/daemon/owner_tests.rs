@@ -19,7 +19,7 @@ use crate::bgp::rib::{BestRoute, RouteChange};
 use crate::bgp::speaker::PeerConfig;
 use crate::config::{Config, Validated};
 use crate::ctrl_api::{CtrlRequest, NodeStatus};
-use crate::daemon::effect::{BgpCommand, DatastoreRequest, Effect};
+use crate::daemon::effect::{BgpCommand, DatastoreRequest, Effect, GcPass};
 use crate::daemon::event::{DatastoreView, Event, Responder};
 use crate::endpoints::EndpointChange;
 use crate::health::Health;
@@ -61,10 +61,17 @@ fn pool(cidr: &str, encapsulation: &str) -> PoolRouting {
 }
 
 /// An owner of node n1 (10.99.0.11) with an IPIP pool, started with no
-/// endpoints; the start's effects are dropped.
+/// endpoints; the start's effects are dropped. The automatic IPAM GC is off
+/// (its own tests turn it on).
 fn owner_with(v: Validated) -> Owner {
+    let mut config = Config::default();
+    config.ipam.gc_interval_secs = 0;
+    owner_with_config(config, v)
+}
+
+fn owner_with_config(config: Config, v: Validated) -> Owner {
     let mut o = Owner::new(
-        Config::default(),
+        config,
         v,
         "embedded",
         Arc::new(Metrics::new()),
@@ -570,4 +577,74 @@ fn a_configured_gateway_wins_over_the_learned_one() {
     let mut o = owner_with(validated(Some(configured)));
     assert!(run(&mut o, Event::Gateway(Some(GW))).is_empty());
     assert!(run(&mut o, Event::Gateway(None)).is_empty());
+}
+
+fn gc_passes(effects: &[Effect]) -> Vec<&GcPass> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Datastore(DatastoreRequest::IpamGc(p)) => Some(p),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_ipam_gc_runs_every_interval_with_the_endpoints_and_the_live_nodes() {
+    let mut config = Config::default();
+    config.ipam.gc_interval_secs = 60;
+    let mut o = owner_with_config(config, validated(None));
+    let ep = endpoint("c1", "bri1", "10.244.0.5/32");
+    run(
+        &mut o,
+        Event::Endpoint(EndpointChange::Added {
+            endpoint: Box::new(ep.clone()),
+            replaced: None,
+        }),
+    );
+    let other = Ipv4Addr::new(10, 99, 0, 12);
+    let dead = Ipv4Addr::new(10, 99, 0, 13);
+    let mut v = view(
+        vec![pool("10.244.0.0/16", "ipip")],
+        &[],
+        vec![
+            record("n1", ME, 1_000_000),
+            record("n2", other, 999_000),
+            record("n3", dead, 1),
+        ],
+    );
+    let out = run(&mut o, Event::Datastore(v.clone()));
+    let passes = gc_passes(&out);
+    assert_eq!(passes.len(), 1, "{out:?}");
+    assert_eq!(
+        passes[0],
+        &GcPass {
+            endpoints: BTreeSet::from([(ep.key.container_id.clone(), ep.key.ifname.clone())]),
+            pods: None,
+            live_nodes: BTreeSet::from(["n1".to_owned(), "n2".to_owned()]),
+            now_ms: 1_000_000,
+        }
+    );
+    // Not again within the interval; again after it.
+    v.now_ms += 59_999;
+    assert!(gc_passes(&run(&mut o, Event::Datastore(v.clone()))).is_empty());
+    v.now_ms += 1;
+    assert_eq!(
+        gc_passes(&run(&mut o, Event::Datastore(v.clone()))).len(),
+        1
+    );
+}
+
+#[test]
+fn no_ipam_gc_on_a_view_with_a_failed_read() {
+    let mut config = Config::default();
+    config.ipam.gc_interval_secs = 60;
+    let mut o = owner_with_config(config, validated(None));
+    // The node list could not be read: every other node would look dead.
+    let mut v = view(vec![pool("10.244.0.0/16", "ipip")], &[], Vec::new());
+    v.nodes = None;
+    assert!(gc_passes(&run(&mut o, Event::Datastore(v.clone()))).is_empty());
+    let mut v = view(vec![pool("10.244.0.0/16", "ipip")], &[], Vec::new());
+    v.heartbeat_ok = false;
+    assert!(gc_passes(&run(&mut o, Event::Datastore(v))).is_empty());
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use brindle_api::framing::Reply;
 use brindle_ipam::Ipam;
+use brindle_ipam::gc::{Collector, Liveness, Release};
 use brindle_ipam::store::Datastore;
 use ipnet::IpNet;
 use serde_json::Value;
@@ -23,7 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, debug, info, warn};
 
-use super::effect::{BgpCommand, DatastoreRequest, Effect};
+use super::effect::{BgpCommand, DatastoreRequest, Effect, GcPass};
 use super::event::{DatastoreView, Event, Responder};
 use super::owner::{internal, to_reply};
 use crate::api_server::CtrlOps;
@@ -32,7 +33,7 @@ use crate::bgp::speaker::Speaker;
 use crate::config::{Config, ConfigError};
 use crate::ctrl_api::CtrlRequest;
 use crate::health::Health;
-use crate::metrics::{Metrics, StateLabel};
+use crate::metrics::{Metrics, ReasonLabel, StateLabel};
 use crate::programming::Work;
 use crate::programming::coalesce::MAX_ROUTES_PER_REQUEST;
 use crate::programming::dataplane::Dataplane;
@@ -256,6 +257,10 @@ pub struct DatastoreWorker {
     /// Our record; the blocks and heartbeat time are filled in on each
     /// refresh.
     pub record: NodeRecord,
+    /// The automatic IPAM GC (remembers its suspects between passes).
+    pub collector: Collector,
+    /// Where the GC's releases are counted.
+    pub metrics: Arc<Metrics>,
 }
 
 impl DatastoreWorker {
@@ -319,19 +324,79 @@ impl DatastoreWorker {
         }
     }
 
+    /// One pass of the automatic IPAM GC: what stayed collectable for the
+    /// grace period is released, each release logged and counted
+    /// (`brindle_ctrl_ipam_gc_released_total{reason}`). An address whose pod
+    /// exists is never released ([`brindle_ipam::gc`]).
+    pub fn gc(&mut self, pass: &GcPass) -> Vec<Release> {
+        let live = Liveness {
+            node: &self.record.name,
+            endpoints: &pass.endpoints,
+            pods: pass.pods.as_ref(),
+            live_nodes: &pass.live_nodes,
+        };
+        let (plan, released) = match self.collector.collect(&*self.ipam, &live, pass.now_ms) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(error = %e, "ipam gc pass failed");
+                return Vec::new();
+            }
+        };
+        for handle in &plan.kept_for_pod {
+            debug!(%handle, "ipam gc: endpoint gone but the pod exists: kept");
+        }
+        for r in &released {
+            self.metrics
+                .ipam_gc_released
+                .get_or_create(&ReasonLabel {
+                    reason: r.kind().to_owned(),
+                })
+                .inc();
+            match r {
+                Release::LeakedHandle {
+                    handle,
+                    pod,
+                    addresses,
+                } => info!(
+                    %handle,
+                    pod = ?pod,
+                    addresses = ?addresses,
+                    "ipam gc: released a leaked handle (endpoint and pod gone)"
+                ),
+                Release::DeadNodeHandle { node, handle } => {
+                    info!(%node, %handle, "ipam gc: released a dead node's handle")
+                }
+                Release::DeadNodeBlock { node, block } => {
+                    info!(%node, %block, "ipam gc: deleted a dead node's empty block")
+                }
+            }
+        }
+        released
+    }
+
     /// The datastore thread: refreshes on request, once for all the
     /// requests queued meanwhile (a datastore slower than the tick does not
-    /// build a backlog), and answers with [`Event::Datastore`].
-    pub fn spawn(self, events: EventSender) -> std::io::Result<mpsc::Sender<DatastoreRequest>> {
+    /// build a backlog), and answers with [`Event::Datastore`]; runs the
+    /// newest IPAM GC pass asked for.
+    pub fn spawn(mut self, events: EventSender) -> std::io::Result<mpsc::Sender<DatastoreRequest>> {
         let (tx, rx) = mpsc::channel::<DatastoreRequest>();
         let span = tracing::Span::current();
         std::thread::Builder::new()
             .name("datastore".into())
             .spawn(move || {
                 let _span = span.enter();
-                while let Ok(DatastoreRequest::Refresh) = rx.recv() {
-                    while rx.try_recv().is_ok() {}
-                    if events.send(Event::Datastore(self.refresh())).is_err() {
+                while let Ok(first) = rx.recv() {
+                    let (mut refresh, mut gc) = (false, None);
+                    for request in std::iter::once(first).chain(rx.try_iter()) {
+                        match request {
+                            DatastoreRequest::Refresh => refresh = true,
+                            DatastoreRequest::IpamGc(pass) => gc = Some(pass),
+                        }
+                    }
+                    if let Some(pass) = gc {
+                        self.gc(&pass);
+                    }
+                    if refresh && events.send(Event::Datastore(self.refresh())).is_err() {
                         return;
                     }
                 }
@@ -406,5 +471,109 @@ pub async fn speaker(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use brindle_api::ipam::{Attributes, HandleId};
+    use brindle_ipam::AllocateArgs;
+    use brindle_ipam::model::Pool;
+    use brindle_ipam::store::{EmbeddedMode, EmbeddedStore};
+
+    use super::*;
+    use crate::registry::Role;
+
+    fn handle(c: &str) -> HandleId {
+        HandleId {
+            network: "brindle".into(),
+            container_id: c.into(),
+            ifname: "eth0".into(),
+        }
+    }
+
+    fn pair(a: &str, b: &str) -> (String, String) {
+        (a.to_owned(), b.to_owned())
+    }
+
+    #[test]
+    fn the_gc_releases_a_leaked_handle_after_the_grace_and_never_one_whose_pod_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Datastore> = Arc::new(
+            EmbeddedStore::open(
+                dir.path().join("ipam.redb"),
+                EmbeddedMode::Exclusive,
+                Duration::from_secs(5),
+            )
+            .unwrap(),
+        );
+        let ipam = Arc::new(Ipam::new(store.clone(), "/t/ipam"));
+        let mut pool = Pool::new("p", "10.244.0.0/24".parse().unwrap());
+        pool.block_size = Some(28);
+        ipam.put_pool(&pool).unwrap();
+        for (c, pod) in [
+            ("c-live", "live"),
+            ("c-leak", "leak"),
+            ("c-pod", "podlives"),
+        ] {
+            let mut args = AllocateArgs::v4(handle(c), "n1");
+            args.attrs = Attributes {
+                namespace: Some("ns".into()),
+                pod: Some(pod.into()),
+                node: "n1".into(),
+            };
+            ipam.allocate(&args).unwrap();
+        }
+        let metrics = Arc::new(Metrics::new());
+        let mut worker = DatastoreWorker {
+            ipam: ipam.clone(),
+            registry: Registry::new(store, "/t/"),
+            record: NodeRecord {
+                name: "n1".into(),
+                address: "10.99.0.11".parse().unwrap(),
+                as_number: 64512,
+                bgp_port: 179,
+                role: Role::Node,
+                blocks: vec![],
+                heartbeat_ms: 0,
+                lease_secs: 30,
+            },
+            collector: Collector::new(Duration::from_secs(30)),
+            metrics: metrics.clone(),
+        };
+        // c-live has its endpoint; c-leak and c-pod lost theirs, and only
+        // c-pod's pod still exists.
+        let mut pass = GcPass {
+            endpoints: BTreeSet::from([pair("c-live", "eth0")]),
+            pods: Some(BTreeSet::from([pair("ns", "live"), pair("ns", "podlives")])),
+            live_nodes: BTreeSet::from(["n1".to_owned()]),
+            now_ms: 1_000_000,
+        };
+        assert!(worker.gc(&pass).is_empty(), "within the grace");
+        pass.now_ms += 30_000;
+        let released = worker.gc(&pass);
+        assert_eq!(released.len(), 1, "{released:?}");
+        assert!(
+            matches!(&released[0], Release::LeakedHandle { handle: h, .. } if *h == handle("c-leak")),
+            "{released:?}"
+        );
+        let left: BTreeSet<String> = ipam
+            .handles()
+            .unwrap()
+            .into_iter()
+            .map(|h| h.handle.container_id)
+            .collect();
+        assert_eq!(
+            left,
+            BTreeSet::from(["c-live".to_owned(), "c-pod".to_owned()])
+        );
+        // Later passes keep the pod's address for as long as the pod exists.
+        pass.now_ms += 600_000;
+        assert!(worker.gc(&pass).is_empty());
+        let text = metrics.encode();
+        assert!(
+            text.contains("brindle_ctrl_ipam_gc_released_total{reason=\"leaked_handle\"} 1"),
+            "{text}"
+        );
     }
 }
