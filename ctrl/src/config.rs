@@ -49,6 +49,9 @@ pub struct Config {
     pub node_address: String,
     /// trace | debug | info | warn | error.
     pub log_level: String,
+    /// text | json: plain lines (ANSI colours only when stderr is a
+    /// terminal) or one JSON object per line.
+    pub log_format: String,
     /// The endpoint/IPAM socket.
     pub api: ApiConfig,
     /// The vrouter's programming socket and the uplink.
@@ -245,6 +248,7 @@ impl Default for Config {
             node_name: String::new(),
             node_address: String::new(),
             log_level: "info".into(),
+            log_format: "text".into(),
             api: ApiConfig::default(),
             vrouter: VrouterSection::default(),
             metrics: MetricsConfig::default(),
@@ -513,6 +517,12 @@ impl Config {
                  nor a default route was found: set it"
             ));
         };
+        if !["text", "json"].contains(&self.log_format.as_str()) {
+            return bad(format!(
+                "log_format {:?}: one of text, json",
+                self.log_format
+            ));
+        }
         if !["trace", "debug", "info", "warn", "error"].contains(&self.log_level.as_str()) {
             return bad(format!(
                 "log_level {:?}: one of trace, debug, info, warn, error",
@@ -862,6 +872,9 @@ mod tests {
         let mut c = good();
         c.log_level = "loud".into();
         assert!(error_of(c).contains("log_level"));
+        let mut c = good();
+        c.log_format = "xml".into();
+        assert!(error_of(c).contains("log_format \"xml\": one of text, json"));
     }
 
     #[test]

@@ -914,11 +914,16 @@ fn the_configmap_carries_the_deploy_files() -> Result<()> {
             "{file}: the ConfigMap and deploy/systemd have different keys"
         );
         // Only the metrics address differs: Prometheus scrapes from another
-        // pod in the cluster, while the host keeps it on loopback.
+        // pod in the cluster, while the host keeps it on loopback. And the
+        // node daemon's log format: JSON lines for the cluster's log
+        // pipeline, plain text for journald on a host.
         for (key, value) in &on_host {
             if key == "metrics.listen" {
                 assert_eq!(in_cluster[key], format!("\"{listen}\""));
                 assert!(value.starts_with("\"127.0.0.1:"), "{file} {key} = {value}");
+            } else if file == "node.toml" && key == "log_format" {
+                assert_eq!(in_cluster[key], "\"json\"");
+                assert_eq!(value, "\"text\"");
             } else {
                 assert_eq!(&in_cluster[key], value, "{file} {key}");
             }

@@ -10,6 +10,7 @@
 //! The deploy tests ask it whether the manifests' variables are keys.
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -28,8 +29,9 @@ fn main() -> anyhow::Result<()> {
         .collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
-            "usage: brindle-ctrl [--config PATH] [--check-config] [--record-bgp FILE] [--<key-path> VALUE ...]\n\
+            "usage: brindle-ctrl [--config PATH] [--check-config] [--record-bgp FILE] [--log-format text|json] [--<key-path> VALUE ...]\n\
              every node.toml key is a flag (--bgp-as-number) and a variable (BRINDLE_BGP_AS_NUMBER)\n\
+             --log-format (log_format, BRINDLE_LOG_FORMAT): text (colours only on a terminal) or json (one object per line)\n\
              --check-config: validate the configuration, print the effective node.toml, exit"
         );
         return Ok(());
@@ -60,15 +62,36 @@ fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(&config);
     // SIGHUP reads the same sources again (the variables as they were at
     // start: a running process's environment does not change).
     let reload: brindle_ctrl::daemon::Reload =
         Box::new(move || Config::load(config_path.as_deref(), &env, &args));
-    brindle_ctrl::daemon::run_with_reload(config, validated, Some(reload)).context("brindle-ctrl")
+    if let Err(e) = brindle_ctrl::daemon::run_with_reload(config, validated, Some(reload)) {
+        // Through the logger, so that a JSON log stays JSON to the end.
+        tracing::error!(error = %format!("{:#}", anyhow::Error::from(e)), "brindle-ctrl stopped");
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Logs to stderr at `log_level` (or `RUST_LOG`): `log_format = "text"`
+/// gives plain lines, with ANSI colours only when stderr is a terminal;
+/// `"json"` one JSON object per line (level, target, fields, spans).
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if config.log_format == "json" {
+        builder
+            .json()
+            .with_ansi(false)
+            .with_current_span(true)
+            .with_span_list(true)
+            .init();
+    } else {
+        builder.with_ansi(std::io::stderr().is_terminal()).init();
+    }
 }
