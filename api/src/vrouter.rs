@@ -132,6 +132,12 @@ pub enum PortKind {
     Pod,
     /// The node's underlay interface: encapsulated and native traffic.
     Uplink,
+    /// A port to the node's kernel: the next hop of `host` routes.
+    Host,
+    /// A port of the plain appliance mode (`brindle-vrouter run --port IF`):
+    /// the uplink's forwarding, but every frame it receives goes to the
+    /// vrouter (ARP replies too, so it resolves its neighbours itself).
+    Appliance,
 }
 
 /// A port to attach (or that is attached).
@@ -145,7 +151,8 @@ pub struct PortSpec {
     /// (anti-spoofing). Ignored for the uplink.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<IpAddr>,
-    /// For pod ports: the pod interface's MAC, when known (saves an ARP).
+    /// The peer's MAC, when known: for pod ports the pod interface's (saves
+    /// an ARP); for other kinds the MAC of the host behind the port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_mac: Option<Mac>,
     /// Which endpoint this port belongs to (the CNI handle), for operators.

@@ -21,18 +21,27 @@
 //! - [`counters`]: per-worker counters and drop reasons.
 //! - [`worker`]: the poll loop over a worker's ports.
 //! - [`demo`]: the demo node (also the fixture of tests and benchmarks).
-//! - [`daemon`]: `brindle-vrouter run` (static) and `serve` (programmed over
-//!   the Unix socket), the worker thread, the control state, metrics.
+//! - [`engine`]: the running dataplane: worker threads over one shared
+//!   UMEM, the FIB writer, the steering maps, opening and placing ports
+//!   (`Dataplane::open`, used by both modes).
+//! - [`control`]: the programmable state and every decision about it
+//!   (`Control<E: Effects>::handle(request)`), effects through one trait
+//!   with the dataplane and a recording implementation.
+//! - [`app`]: `brindle-vrouter run` (static) and `serve` (programmed over
+//!   the Unix socket): configs, the socket server, metrics and health,
+//!   signals, logging. Direction: app → control → engine → worker.
 //!
 //! Tests: `cargo test -p brindle-vrouter` (no root). Benchmarks:
 //! `cargo bench -p brindle-vrouter`. See `vrouter/README.md`.
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod arp;
+pub mod control;
 pub mod counters;
-pub mod daemon;
 pub mod demo;
 pub mod endpoint;
+pub mod engine;
 pub mod frame;
 pub mod neigh;
 pub mod pipeline;

@@ -14,8 +14,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use brindle_api::framing::{Client, PROTOCOL_VERSION};
 use brindle_api::vrouter::{
-    Changed, DesiredState, Health, Hello, PortKind, PortSpec, PortStatus, Route, RouteTarget,
-    Stats, VrouterRequest,
+    Changed, DesiredState, Health, Hello, Neighbor, PortKind, PortSpec, PortStatus, Route,
+    RouteTarget, Stats, VrouterRequest,
 };
 use common::{Netns, Vrouter, pod, unique};
 use nix::sched::{CloneFlags, setns};
@@ -268,9 +268,39 @@ fn program_node(
     Ok(())
 }
 
+/// Waits for the kernel's entry for `addr` on `dev` and sets it in the
+/// vrouter, as ctrl does from netlink.
+fn kernel_neighbor_to_vrouter(ns: &Netns, c: &mut Client, dev: &str, addr: &str) -> Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        let out = ns.ip(&["neigh", "show", addr, "dev", dev])?;
+        let mac = out
+            .split_whitespace()
+            .skip_while(|w| *w != "lladdr")
+            .nth(1)
+            .map(str::to_owned);
+        if let Some(mac) = mac {
+            let _: Changed = c.call(&VrouterRequest::SetNeighbors {
+                neighbors: vec![Neighbor {
+                    port: dev.to_owned(),
+                    ip: addr.parse()?,
+                    mac: mac.parse().map_err(anyhow::Error::msg)?,
+                }],
+            })?;
+            return Ok(());
+        }
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(10),
+            "the kernel never resolved {addr} on {dev}: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 #[ignore = "requires root and network namespaces"]
-fn two_served_nodes_forward_over_ipip_with_next_hops_learned_from_the_kernel() -> Result<()> {
+fn two_served_nodes_forward_over_ipip_with_the_next_hops_the_kernel_resolved_set_as_ctrl_does()
+-> Result<()> {
     let (ns1, ns2) = (Netns::new("vn")?, Netns::new("vn")?);
     let (u1, u2) = (unique("u"), unique("u"));
     ns1.ip(&[
@@ -328,8 +358,11 @@ fn two_served_nodes_forward_over_ipip_with_next_hops_learned_from_the_kernel() -
         "10.68.1.0/24",
         "192.168.78.1",
     )?;
-    // The first pings may find the next hop unresolved (counted as
-    // no_neighbour while the kernel ARPs); then all get through.
+    // The vrouter reads no neighbour table: it makes the kernel resolve the
+    // tunnel's next hop, and (as ctrl's netlink watcher does) the kernel's
+    // entry is handed to it with set_neighbors.
+    kernel_neighbor_to_vrouter(&ns1, &mut c1, &u1, "192.168.78.2")?;
+    kernel_neighbor_to_vrouter(&ns2, &mut c2, &u2, "192.168.78.1")?;
     let _ = pod_a.exec(&["ping", "-c", "2", "-i", "0.3", "-W", "1", "10.68.2.2"]);
     let out = pod_a.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.68.2.2"])?;
     assert!(out.contains("3 received"), "{out}");

@@ -16,9 +16,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use serde::Deserialize;
 
 use crate::counters::Counters;
-use crate::daemon::spec::Polling;
 use crate::endpoint::Endpoint;
 use crate::fib::Fib;
 use crate::frame::FrameArena;
@@ -26,6 +26,34 @@ use crate::frame::{Port, PortId};
 use crate::pipeline::PipelineConfig;
 use crate::port::handoff::FrameHomes;
 use crate::worker::{HandoffStats, PortStats, Worker};
+
+/// How a worker waits when there is no traffic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Polling {
+    /// Spin on the rings without ever sleeping: lowest latency, one core at
+    /// 100 % even when idle.
+    Busy,
+    /// Spin while frames arrive; after a run of empty polls, sleep between
+    /// polls, growing to 1 ms, with need_wakeup so the kernel is woken only
+    /// when it asks. An idle vrouter costs near-zero CPU.
+    #[default]
+    Adaptive,
+    /// After a run of empty polls, block in poll(2) on the ports' sockets
+    /// (up to 100 ms at a time) until frames arrive: the least CPU when
+    /// idle, a wake-up's latency on the first frame of a burst.
+    Interrupt,
+    /// Preferred busy polling: the AF_XDP sockets get SO_PREFER_BUSY_POLL,
+    /// SO_BUSY_POLL (20 µs) and SO_BUSY_POLL_BUDGET (64), every receive
+    /// starts with a recvfrom that runs the queue's NAPI in the worker's
+    /// context, and the interface gets napi_defer_hard_irqs=2 and
+    /// gro_flush_timeout=200000 if it had neither (restored on close), so
+    /// the kernel's softirq leaves the queue to the worker. Idle, the worker
+    /// blocks in poll(2), which busy-polls too.
+    #[serde(rename = "busy-poll", alias = "busy_poll")]
+    #[value(name = "busy-poll")]
+    BusyPoll,
+}
 
 /// An update for a worker.
 pub enum WorkerCmd {

@@ -8,9 +8,6 @@
 //! atomic or a lock per packet for them: its counters are plain integers in
 //! its own memory, copied out on request between two polls.
 
-use std::net::TcpListener;
-use std::sync::Mutex;
-
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -19,10 +16,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+pub use crate::control::PortRow;
 use crate::counters::DropReason;
-use crate::daemon::control::Control;
-use crate::daemon::engine::{BATCH_BUCKETS, WorkerSnapshot};
-use crate::daemon::serve::{http_get, http_reply};
+use crate::engine::{BATCH_BUCKETS, WorkerSnapshot};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PortLabels {
@@ -72,9 +68,6 @@ impl Collector for BatchHistogram {
         Ok(())
     }
 }
-
-/// A port in the metrics: name, slot, backend, owning workers.
-pub type PortRow = (String, crate::frame::PortId, &'static str, Vec<usize>);
 
 /// Renders the workers' snapshots (index = worker) in the Prometheus text
 /// format.
@@ -239,58 +232,4 @@ fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 19] {
         snapshot.cpu_system_us,
         c.neighbor_released,
     ]
-}
-
-/// Serves `/metrics`, `/healthz` and `/readyz` until the process exits.
-pub fn serve_http(listener: TcpListener, control: &Mutex<Control>) {
-    for stream in listener.incoming() {
-        let Ok(mut stream) = stream else { continue };
-        let Some(path) = http_get(&mut stream) else {
-            http_reply(
-                &mut stream,
-                "400 Bad Request",
-                "text/plain",
-                "bad request\n",
-            );
-            continue;
-        };
-        let c = control.lock().unwrap_or_else(|e| e.into_inner());
-        match path.as_str() {
-            "/metrics" => {
-                let snaps: Vec<WorkerSnapshot> = c
-                    .snapshots()
-                    .into_iter()
-                    .map(Option::unwrap_or_default)
-                    .collect();
-                let body = render(&snaps, &c.port_owners(), c.routes());
-                drop(c);
-                http_reply(
-                    &mut stream,
-                    "200 OK",
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    &body,
-                );
-            }
-            "/healthz" | "/readyz" => {
-                let h = c.health();
-                drop(c);
-                let ok = if path == "/healthz" { h.live } else { h.ready };
-                let body = if ok {
-                    "ok\n".to_owned()
-                } else {
-                    format!("{}\n", h.problems.join("; "))
-                };
-                let status = if ok {
-                    "200 OK"
-                } else {
-                    "503 Service Unavailable"
-                };
-                http_reply(&mut stream, status, "text/plain", &body);
-            }
-            _ => {
-                drop(c);
-                http_reply(&mut stream, "404 Not Found", "text/plain", "not found\n");
-            }
-        }
-    }
 }

@@ -1,0 +1,358 @@
+//! The control state's decisions, checked on recorded effects: no sockets,
+//! no workers, no root.
+
+use brindle_api::framing::RemoteErrorKind;
+use brindle_api::vrouter::{
+    self as api, DesiredState, Mac, Neighbor, NodeConfig, PortKind, Route, RouteTarget,
+    VrouterRequest as R,
+};
+
+use super::*;
+
+const UPLINK_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+fn control() -> Control<Recording> {
+    let rec = Recording::new(2)
+        .with_link("eth0", UPLINK_MAC)
+        .with_link("pod1", [2, 0, 0, 0, 1, 1])
+        .with_link("pod2", [2, 0, 0, 0, 1, 2]);
+    Control::new(rec, PipelineConfig::new(Ipv4Addr::UNSPECIFIED, 24))
+}
+
+fn port(name: &str, kind: PortKind, addrs: &[&str]) -> api::PortSpec {
+    api::PortSpec {
+        name: name.into(),
+        kind,
+        addresses: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+        peer_mac: None,
+        endpoint: None,
+    }
+}
+
+fn route(prefix: &str, target: RouteTarget) -> Route {
+    Route {
+        prefix: prefix.parse().unwrap(),
+        target,
+    }
+}
+
+fn local(port: &str) -> RouteTarget {
+    RouteTarget::Local { port: port.into() }
+}
+
+fn ipip(remote: &str) -> RouteTarget {
+    RouteTarget::Encap {
+        encap: api::Encap::Ipip,
+        remote: remote.parse().unwrap(),
+    }
+}
+
+fn changed(c: &mut Control<Recording>, req: R) -> u64 {
+    let v = c.handle(req).expect("request succeeds");
+    v["changed"].as_u64().expect("a Changed result")
+}
+
+fn node(addr: &str, vni: u32) -> NodeConfig {
+    NodeConfig {
+        address_v4: Some(addr.parse().unwrap()),
+        address_v6: None,
+        underlay_subnet: Some("192.168.0.0/24".parse().unwrap()),
+        underlay_gateway: None,
+        vxlan: api::VxlanConfig {
+            vni,
+            ..api::VxlanConfig::default()
+        },
+        tunnel_peers: vec![],
+    }
+}
+
+#[test]
+fn ports_and_routes_become_attachments_fib_writes_and_steering_once() {
+    let mut c = control();
+    let ports = vec![
+        port("eth0", PortKind::Uplink, &[]),
+        port("pod1", PortKind::Pod, &["10.244.0.5"]),
+    ];
+    assert_eq!(
+        changed(
+            &mut c,
+            R::AddPorts {
+                ports: ports.clone()
+            }
+        ),
+        2
+    );
+    let fx = c.effects_mut().take();
+    assert!(matches!(
+        &fx[0],
+        Effect::Attach { id: 0, name, role: Role::Uplink, first: 0, endpoint }
+            if name == "eth0" && endpoint.mac == UPLINK_MAC
+    ));
+    // The uplink's worker 0 owns a port: the pod goes to worker 1.
+    assert!(matches!(
+        &fx[1],
+        Effect::Attach { id: 1, name, role: Role::Pod, first: 1, endpoint }
+            if name == "pod1" && endpoint.addrs == vec!["10.244.0.5".parse::<IpAddr>().unwrap()]
+    ));
+    assert_eq!(fx.len(), 2);
+
+    let routes = vec![
+        route("10.244.0.5/32", local("pod1")),
+        route("10.244.1.0/26", ipip("192.168.0.12")),
+        route("10.9.0.0/16", RouteTarget::Blackhole),
+    ];
+    assert_eq!(
+        changed(
+            &mut c,
+            R::AddRoutes {
+                routes: routes.clone()
+            }
+        ),
+        3
+    );
+    let fx = c.effects_mut().take();
+    assert_eq!(
+        fx[0],
+        Effect::Fib(vec![
+            FibChange::Upsert {
+                prefix: "10.244.0.5/32".parse().unwrap(),
+                next_hop: NextHop::Local { port: 1 },
+            },
+            FibChange::Upsert {
+                prefix: "10.244.1.0/26".parse().unwrap(),
+                next_hop: NextHop::Encap {
+                    encap: Encap::Ipip,
+                    remote: "192.168.0.12".parse().unwrap(),
+                },
+            },
+            FibChange::Upsert {
+                prefix: "10.9.0.0/16".parse().unwrap(),
+                next_hop: NextHop::Blackhole,
+            },
+        ])
+    );
+    assert!(fx.contains(&Effect::SteerAdd(("10.244.0.5".parse().unwrap(), 32))));
+    assert!(fx.contains(&Effect::SteerAdd(("10.244.1.0".parse().unwrap(), 26))));
+    assert!(!fx.iter().any(|e| matches!(e, Effect::SteerAdd((_, 16)))));
+    // No node address yet: no underlay, nothing to resolve.
+    assert!(!fx.iter().any(|e| matches!(e, Effect::Resolve(_))));
+
+    // The same again: nothing.
+    assert_eq!(changed(&mut c, R::AddPorts { ports }), 0);
+    assert_eq!(changed(&mut c, R::AddRoutes { routes }), 0);
+    assert_eq!(c.effects_mut().take(), vec![]);
+    assert_eq!(c.routes(), 3);
+}
+
+#[test]
+fn a_route_to_an_unknown_port_is_refused_and_nothing_of_its_batch_is_applied() {
+    let mut c = control();
+    changed(
+        &mut c,
+        R::AddPorts {
+            ports: vec![port("pod1", PortKind::Pod, &["10.244.0.5"])],
+        },
+    );
+    c.effects_mut().take();
+    let e = c
+        .handle(R::AddRoutes {
+            routes: vec![
+                route("10.244.0.5/32", local("pod1")),
+                route("10.244.0.6/32", local("nope")),
+            ],
+        })
+        .unwrap_err();
+    assert_eq!(e.kind, RemoteErrorKind::NotFound);
+    assert!(e.message.contains("nope"), "{}", e.message);
+    assert_eq!(c.effects_mut().take(), vec![]);
+    assert_eq!(c.routes(), 0);
+}
+
+#[test]
+fn a_missing_interface_is_the_callers_error_and_leaves_no_slot_taken() {
+    let mut c = control();
+    let e = c
+        .handle(R::AddPorts {
+            ports: vec![port("ghost0", PortKind::Pod, &[])],
+        })
+        .unwrap_err();
+    assert_eq!(e.kind, RemoteErrorKind::InvalidRequest);
+    assert!(e.message.contains("ghost0"), "{}", e.message);
+    assert_eq!(c.effects_mut().take(), vec![]);
+    changed(
+        &mut c,
+        R::AddPorts {
+            ports: vec![port("pod1", PortKind::Pod, &[])],
+        },
+    );
+    assert!(matches!(
+        c.effects_mut().take()[0],
+        Effect::Attach { id: 0, .. }
+    ));
+}
+
+#[test]
+fn a_port_that_leaves_takes_its_routes_out_and_brings_them_back_in_its_new_slot() {
+    let mut c = control();
+    let state = |with_pod: bool| {
+        let mut ports = vec![port("pod2", PortKind::Pod, &["10.244.0.6"])];
+        let mut routes = vec![route("10.244.0.6/32", local("pod2"))];
+        if with_pod {
+            ports.push(port("pod1", PortKind::Pod, &["10.244.0.5"]));
+            routes.push(route("10.244.0.5/32", local("pod1")));
+        }
+        DesiredState {
+            node: None,
+            ports,
+            routes,
+            neighbors: vec![],
+        }
+    };
+    assert_eq!(changed(&mut c, R::Sync { state: state(true) }), 4);
+    let fx = c.effects_mut().take();
+    assert!(matches!(&fx[1], Effect::Attach { id: 1, name, .. } if name == "pod1"));
+    // Without pod1: its port and its route go.
+    assert_eq!(
+        changed(
+            &mut c,
+            R::Sync {
+                state: state(false)
+            }
+        ),
+        2
+    );
+    let fx = c.effects_mut().take();
+    assert_eq!(fx[0], Effect::Detach(1));
+    assert!(fx.contains(&Effect::Fib(vec![FibChange::Remove {
+        prefix: "10.244.0.5/32".parse().unwrap()
+    }])));
+    assert!(fx.contains(&Effect::SteerRemove(("10.244.0.5".parse().unwrap(), 32))));
+    // Back: slot 1 is reused and the route returns.
+    assert_eq!(changed(&mut c, R::Sync { state: state(true) }), 2);
+    let fx = c.effects_mut().take();
+    assert!(matches!(&fx[0], Effect::Attach { id: 1, name, .. } if name == "pod1"));
+    assert!(fx.contains(&Effect::Fib(vec![FibChange::Upsert {
+        prefix: "10.244.0.5/32".parse().unwrap(),
+        next_hop: NextHop::Local { port: 1 },
+    }])));
+    assert_eq!(changed(&mut c, R::Sync { state: state(true) }), 0);
+}
+
+#[test]
+fn a_new_vni_rewrites_the_vxlan_routes_and_neighbours_end_the_resolving() {
+    let mut c = control();
+    changed(
+        &mut c,
+        R::SetNode {
+            node: node("192.168.0.1", 4096),
+        },
+    );
+    let fx = c.effects_mut().take();
+    assert_eq!(
+        fx,
+        vec![
+            Effect::SteerNode(Some("192.168.0.1".parse().unwrap()), 4789),
+            Effect::Pipeline {
+                node_v4: "192.168.0.1".parse().unwrap(),
+                vni: 4096
+            },
+            Effect::TunnelPeers(None),
+        ]
+    );
+    changed(
+        &mut c,
+        R::AddPorts {
+            ports: vec![port("eth0", PortKind::Uplink, &[])],
+        },
+    );
+    let vxlan = RouteTarget::Encap {
+        encap: api::Encap::Vxlan,
+        remote: "192.168.0.12".parse().unwrap(),
+    };
+    changed(
+        &mut c,
+        R::AddRoutes {
+            routes: vec![route("10.244.1.0/26", vxlan)],
+        },
+    );
+    // The tunnel's next hop is on the subnet and has no MAC: the kernel is
+    // asked to resolve it.
+    assert!(
+        c.effects_mut()
+            .take()
+            .contains(&Effect::Resolve("192.168.0.12".parse().unwrap()))
+    );
+    assert_eq!(
+        changed(
+            &mut c,
+            R::SetNode {
+                node: node("192.168.0.1", 7)
+            }
+        ),
+        1
+    );
+    let fx = c.effects_mut().take();
+    assert!(fx.contains(&Effect::Fib(vec![FibChange::Upsert {
+        prefix: "10.244.1.0/26".parse().unwrap(),
+        next_hop: NextHop::Encap {
+            encap: Encap::Vxlan { vni: 7 },
+            remote: "192.168.0.12".parse().unwrap(),
+        },
+    }])));
+    assert_eq!(
+        c.unresolved(),
+        vec![("eth0".to_owned(), "192.168.0.12".parse().unwrap())]
+    );
+    changed(
+        &mut c,
+        R::SetNeighbors {
+            neighbors: vec![Neighbor {
+                port: "eth0".into(),
+                ip: "192.168.0.12".parse().unwrap(),
+                mac: Mac([2, 0, 0, 0, 0, 12]),
+            }],
+        },
+    );
+    let fx = c.effects_mut().take();
+    assert_eq!(
+        fx,
+        vec![Effect::Neighbor(
+            0,
+            "192.168.0.12".parse().unwrap(),
+            Some([2, 0, 0, 0, 0, 12])
+        )]
+    );
+    assert!(c.unresolved().is_empty());
+    c.resolve_missing();
+    assert_eq!(c.effects_mut().take(), vec![], "nothing left to resolve");
+}
+
+#[test]
+fn a_full_steering_map_leaves_prefixes_to_the_kernel_and_the_request_succeeds() {
+    let mut c = control();
+    c.effects_mut().steer_capacity = 1;
+    changed(
+        &mut c,
+        R::AddPorts {
+            ports: vec![port("pod1", PortKind::Pod, &[])],
+        },
+    );
+    let n = changed(
+        &mut c,
+        R::AddRoutes {
+            routes: vec![
+                route("10.244.0.5/32", local("pod1")),
+                route("10.244.0.6/32", local("pod1")),
+            ],
+        },
+    );
+    assert_eq!(n, 2);
+    let steered: Vec<Effect> = c
+        .effects_mut()
+        .take()
+        .into_iter()
+        .filter(|e| matches!(e, Effect::SteerAdd(_)))
+        .collect();
+    assert_eq!(steered.len(), 1);
+    assert_eq!(c.routes(), 2, "both routes are in the FIB");
+}
