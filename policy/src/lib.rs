@@ -3,6 +3,7 @@
 
 pub mod classify;
 pub mod compile;
+pub mod conntrack;
 pub mod ipset;
 pub mod program;
 pub mod resource;
