@@ -10,7 +10,7 @@ use crate::program::{IcmpMatch, PolicyName, RuleAction};
 use crate::resource::calico::{self, Action, DEFAULT_TIER, EntityRule, KUBERNETES_POLICY_ORDER};
 use crate::resource::k8s::parse_net;
 use crate::resource::k8s::{self, IntOrString, NetworkPolicyPeer, NetworkPolicyPort};
-use crate::selector::Selector;
+use crate::selector::{Expr, Selector};
 
 /// Where a selection looks for endpoints.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -319,11 +319,20 @@ fn k8s_peer(peer: &NetworkPolicyPeer, ns: &str) -> (SetDef, Selection) {
         };
         return (def, Selection::everything());
     }
+    // Calico's conversion adds `projectcalico.org/orchestrator == 'k8s'`
+    // to a Kubernetes peer's pod selector: a peer is only ever pods, never
+    // a global network set (which a negative namespace selector such as
+    // `NotIn` would otherwise match: a network set has no namespace labels).
+    let pods_only = Selector::from_expr(Expr::Eq(
+        super::LABEL_ORCHESTRATOR.to_owned(),
+        "k8s".to_owned(),
+    ));
     let selector = peer
         .pod_selector
         .as_ref()
         .map(k8s::LabelSelector::to_selector)
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .and(&pods_only);
     let scope = match &peer.namespace_selector {
         Some(ns_sel) => Scope::NamespaceSelector(ns_sel.to_selector()),
         None => Scope::Namespace(ns.to_owned()),
