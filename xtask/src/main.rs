@@ -2,11 +2,13 @@
 //! `cargo xtask <command>` as root:
 //!
 //! - `lab [down]`: the local lab (see README).
-//! - `test`: install what the tests need, then fmt, clippy, every test
+//! - `test`: install what the tests need, then fmt, clippy, the unused-dependency check, every test
 //!   (unit, integration, root-only, doc) and a bounded run of every fuzz target.
 //! - `bench`: the long benchmarks (criterion), not part of `test`.
 //! - `fuzz [SECONDS]`: only the fuzz targets.
 //! - `deps`: only the installation step.
+//! - `unused-deps`: fail on a declared dependency no source of its crate
+//!   names (also a step of `test`; see `unused_deps.rs`).
 #![forbid(unsafe_code)]
 
 use std::env;
@@ -15,6 +17,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+
+mod unused_deps;
 
 /// Debian packages the tests and the lab need. One list, so that CI on a
 /// fresh machine installs exactly what a developer's run uses.
@@ -80,6 +84,7 @@ fn main() -> Result<()> {
             fuzz(secs.unwrap_or(FUZZ_SECONDS_IN_TEST))
         }
         Some("deps") => install_deps(),
+        Some("unused-deps") => check_unused_deps(),
         _ => {
             eprintln!(
                 "usage: cargo xtask <lab [down] | test | bench | fuzz [SECONDS] | deps>\n\
@@ -87,7 +92,8 @@ fn main() -> Result<()> {
                  \n  test   install what the tests need, then run every check and test\
                  \n  bench  run the benchmarks (long)\
                  \n  fuzz   run every fuzz target for SECONDS each (default {FUZZ_SECONDS_IN_TEST})\
-                 \n  deps   install the Debian packages and kernel settings only"
+                 \n  deps   install the Debian packages and kernel settings only\
+                 \n  unused-deps  fail on a dependency no source of its crate names"
             );
             bail!("no command given")
         }
@@ -237,6 +243,7 @@ fn test(args: &[String]) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    check_unused_deps()?;
     // Integration tests exec other crates' binaries (the CNI plugin's tests
     // delegate to `brindle-ipam`), so every binary is built first.
     step("build every binary");
@@ -262,6 +269,30 @@ fn test(args: &[String]) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Fails on a dependency that no source of its crate names (see
+/// `unused_deps.rs`); a few milliseconds, no build.
+fn check_unused_deps() -> Result<()> {
+    step("unused dependencies");
+    let unused = unused_deps::find(Path::new("."))?;
+    if unused.is_empty() {
+        eprintln!("every declared dependency is used");
+        return Ok(());
+    }
+    for u in &unused {
+        eprintln!(
+            "{}: [{}] {} is never named in the crate's sources",
+            u.manifest.display(),
+            u.table,
+            u.dependency
+        );
+    }
+    bail!(
+        "{} unused dependencies: remove them, or list one in its crate's \
+         [package.metadata.unused-deps] ignore with the reason",
+        unused.len()
+    )
 }
 
 /// Every `*/fuzz` crate of the workspace, each with its targets.
