@@ -11,6 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use brindle_api::endpoint::EndpointRequest;
 use brindle_api::framing::{self, FramingError, RemoteError, RemoteErrorKind, Reply};
@@ -22,6 +23,7 @@ use tracing::{debug, warn};
 
 use crate::ctrl_api::{CtrlRequest, is_ctrl_op};
 use crate::endpoints::EndpointHandler;
+use crate::metrics::{Metrics, op_label};
 
 /// Answers the `ctrl_*` ops (implemented by the daemon).
 pub trait CtrlOps: Send + Sync {
@@ -37,6 +39,8 @@ pub struct ApiServer {
     pub endpoints: Arc<EndpointHandler>,
     /// The daemon's own ops.
     pub ctrl: Arc<dyn CtrlOps>,
+    /// Where the time of each request is observed, by op.
+    pub metrics: Arc<Metrics>,
 }
 
 fn invalid(message: String) -> Reply<Value> {
@@ -79,7 +83,16 @@ impl ApiServer {
         loop {
             let reply = match framing::read_message::<_, Value>(&mut reader) {
                 Ok(None) => return Ok(()),
-                Ok(Some(line)) => self.dispatch(line),
+                Ok(Some(line)) => {
+                    let started = Instant::now();
+                    let op = op_label(line.get("op").and_then(Value::as_str).unwrap_or(""));
+                    let reply = self.dispatch(line);
+                    self.metrics
+                        .api_request_seconds
+                        .get_or_create(&op)
+                        .observe(started.elapsed().as_secs_f64());
+                    reply
+                }
                 Err(FramingError::Malformed(e)) => invalid(format!("not JSON: {e}")),
                 Err(e) => return Err(e),
             };
@@ -169,6 +182,7 @@ mod tests {
                 health,
             }),
             ctrl: Arc::new(FixedCtrl),
+            metrics: Arc::new(Metrics::new()),
         })
     }
 

@@ -39,6 +39,50 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// Label of the `ctrl.sock` request histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabel {
+    /// The request's `op` (`ipam_allocate`, `add_endpoint`, ...; `other`
+    /// for anything else, so a client cannot grow the label set).
+    pub op: String,
+}
+
+/// The ops of `ctrl.sock` that get their own label: the CNI plugin's ADD
+/// (`ipam_allocate`, `add_endpoint`) and DEL (`delete_endpoint`,
+/// `ipam_release_handle`), and the rest the plugins send; `ctrl_*` (brindlectl)
+/// share `ctrl`.
+const LABELLED_OPS: &[&str] = &[
+    "ipam_allocate",
+    "ipam_release_handle",
+    "ipam_release_address",
+    "ipam_query_handle",
+    "ipam_gc_attachments",
+    "ipam_status",
+    "add_endpoint",
+    "delete_endpoint",
+    "get_endpoint",
+    "list_endpoints",
+    "gc_endpoints",
+    "status",
+];
+
+/// The label for a request's `op`.
+pub fn op_label(op: &str) -> OpLabel {
+    let op = if LABELLED_OPS.contains(&op) {
+        op
+    } else if op.starts_with("ctrl_") {
+        "ctrl"
+    } else {
+        "other"
+    };
+    OpLabel { op: op.to_owned() }
+}
+
+fn request_histogram() -> Histogram {
+    // 0.1 ms .. ~1.6 s
+    Histogram::new(exponential_buckets(0.000_1, 2.0, 15))
+}
+
 /// Every metric the daemon exports.
 pub struct Metrics {
     registry: Registry,
@@ -58,6 +102,14 @@ pub struct Metrics {
     pub vrouter_reachable: Gauge,
     /// What the automatic IPAM GC released, by reason.
     pub ipam_gc_released: Family<ReasonLabel, Counter>,
+    /// Blocks affine to this node.
+    pub ipam_blocks: Gauge,
+    /// Addresses allocated in this node's blocks.
+    pub ipam_addresses_allocated: Gauge,
+    /// Addresses this node's blocks can hand out.
+    pub ipam_addresses_usable: Gauge,
+    /// Time to answer one `ctrl.sock` request, by op.
+    pub api_request_seconds: Family<OpLabel, Histogram, fn() -> Histogram>,
 }
 
 impl Default for Metrics {
@@ -79,6 +131,10 @@ impl Metrics {
             programming_seconds: Histogram::new(exponential_buckets(0.000_05, 4.0, 10)),
             vrouter_reachable: Gauge::default(),
             ipam_gc_released: Family::default(),
+            ipam_blocks: Gauge::default(),
+            ipam_addresses_allocated: Gauge::default(),
+            ipam_addresses_usable: Gauge::default(),
+            api_request_seconds: Family::new_with_constructor(request_histogram),
             registry: Registry::default(),
         };
         registry.register("bgp_peers", "BGP peers by state", m.bgp_peers.clone());
@@ -113,6 +169,42 @@ impl Metrics {
             "Handles and blocks the automatic IPAM GC released, by reason",
             m.ipam_gc_released.clone(),
         );
+        registry.register(
+            "ipam_blocks",
+            "IPAM blocks affine to this node",
+            m.ipam_blocks.clone(),
+        );
+        registry.register(
+            "ipam_addresses_allocated",
+            "Addresses allocated in this node's blocks",
+            m.ipam_addresses_allocated.clone(),
+        );
+        registry.register(
+            "ipam_addresses_usable",
+            "Addresses this node's blocks can hand out",
+            m.ipam_addresses_usable.clone(),
+        );
+        registry.register(
+            "api_request_seconds",
+            "Time to answer one ctrl.sock request (the CNI plugin's IPAM and endpoint ops: ADD is ipam_allocate + add_endpoint, DEL delete_endpoint + ipam_release_handle), by op",
+            m.api_request_seconds.clone(),
+        );
+        // Every reason and the CNI plugin's ADD/DEL ops exist from the
+        // start (at zero): an empty family is not exported at all, and a
+        // dashboard's rate() needs the series before the first event.
+        for reason in ["leaked_handle", "dead_node_handle", "dead_node_block"] {
+            drop(m.ipam_gc_released.get_or_create(&ReasonLabel {
+                reason: reason.to_owned(),
+            }));
+        }
+        for op in [
+            "ipam_allocate",
+            "add_endpoint",
+            "delete_endpoint",
+            "ipam_release_handle",
+        ] {
+            drop(m.api_request_seconds.get_or_create(&op_label(op)));
+        }
         Metrics { registry, ..m }
     }
 
@@ -304,6 +396,30 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("brindle_ctrl_vrouter_reachable 0"), "{text}");
+        assert!(
+            text.contains("brindle_ctrl_ipam_gc_released_total{reason=\"dead_node_block\"} 0"),
+            "{text}"
+        );
+        m.api_request_seconds
+            .get_or_create(&op_label("add_endpoint"))
+            .observe(0.002);
+        m.api_request_seconds
+            .get_or_create(&op_label("made-up"))
+            .observe(0.002);
+        m.ipam_addresses_allocated.set(5);
+        let text = m.encode();
+        assert!(
+            text.contains("brindle_ctrl_api_request_seconds_count{op=\"add_endpoint\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("brindle_ctrl_api_request_seconds_count{op=\"other\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("brindle_ctrl_ipam_addresses_allocated 5"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

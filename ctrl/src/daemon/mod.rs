@@ -296,6 +296,7 @@ pub fn run_with_reload(
         .block_on(metrics::bind(v.metrics_listen))
         .map_err(|e| start_err("binding the metrics listener")(e.to_string()))?;
     let metrics_health = health_rx.clone();
+    let api_metrics = metrics.clone();
     children.push(Child::spawn(async move {
         let _ = metrics::serve(metrics_listener, metrics, metrics_health).await;
     }));
@@ -333,6 +334,7 @@ pub fn run_with_reload(
             events: events.clone(),
             timeout: Duration::from_secs(10),
         }),
+        metrics: api_metrics,
     });
     std::thread::Builder::new()
         .name("ctrl-api".into())

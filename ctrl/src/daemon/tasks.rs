@@ -284,13 +284,22 @@ impl DatastoreWorker {
             }
         };
         let affine_blocks: Option<BTreeSet<IpNet>> = match self.ipam.blocks() {
-            Ok(blocks) => Some(
-                blocks
+            Ok(blocks) => {
+                let ours: Vec<_> = blocks
                     .into_iter()
                     .filter(|b| b.affinity.as_deref() == Some(name))
-                    .map(|b| b.cidr)
-                    .collect(),
-            ),
+                    .collect();
+                // IPAM usage of this node, for the dashboard.
+                let sum = |f: fn(&brindle_api::ipam::BlockView) -> u64| {
+                    i64::try_from(ours.iter().map(f).sum::<u64>()).unwrap_or(i64::MAX)
+                };
+                self.metrics.ipam_blocks.set(ours.len() as i64);
+                self.metrics
+                    .ipam_addresses_allocated
+                    .set(sum(|b| b.allocated));
+                self.metrics.ipam_addresses_usable.set(sum(|b| b.usable));
+                Some(ours.into_iter().map(|b| b.cidr).collect())
+            }
             Err(e) => {
                 warn!(error = %e, "reading blocks");
                 None
@@ -541,6 +550,13 @@ mod tests {
             collector: Collector::new(Duration::from_secs(30)),
             metrics: metrics.clone(),
         };
+        // The refresh exports this node's IPAM usage: one /28, three
+        // addresses.
+        let view = worker.refresh();
+        assert_eq!(view.affine_blocks.map(|b| b.len()), Some(1));
+        assert_eq!(metrics.ipam_blocks.get(), 1);
+        assert_eq!(metrics.ipam_addresses_allocated.get(), 3);
+        assert!(metrics.ipam_addresses_usable.get() >= 3);
         // c-live has its endpoint; c-leak and c-pod lost theirs, and only
         // c-pod's pod still exists.
         let mut pass = GcPass {
