@@ -20,7 +20,8 @@
 //!   rewrite, encap, per-port TX batches.
 //! - [`counters`]: per-worker counters and drop reasons.
 //! - [`worker`]: the poll loop over a worker's ports.
-//! - [`demo`]: the demo node (also the fixture of tests and benchmarks).
+//! - `demo` (feature `demo`): the demo node (also the fixture of tests,
+//!   benchmarks and fuzz targets).
 //! - [`engine`]: the running dataplane: worker threads over one shared
 //!   UMEM, the FIB writer, the steering maps, opening and placing ports
 //!   (`Dataplane::open`, used by both modes).
@@ -39,6 +40,7 @@ pub mod app;
 pub mod arp;
 pub mod control;
 pub mod counters;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod endpoint;
 pub mod engine;

@@ -18,6 +18,7 @@ enum Command {
     /// Run the forwarding demo on in-memory ports: proxy ARP, pod to pod,
     /// IPIP and VXLAN encap and decap, anti-spoofing, TTL expiry, MTU; exits
     /// non-zero if any step misbehaves.
+    #[cfg(feature = "demo")]
     Demo {
         /// Also record every port's traffic to DIR/<port>.pcap (open with
         /// tcpdump -r or Wireshark).
@@ -49,6 +50,7 @@ fn main() -> anyhow::Result<ExitCode> {
             brindle_vrouter::app::run::run(&args.resolve()?)?;
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(feature = "demo")]
         Command::Demo { pcap } => {
             brindle_vrouter::app::init_logging("info", Default::default());
             let ok = brindle_vrouter::demo::run(&mut std::io::stdout().lock(), pcap.as_deref())?;

@@ -247,10 +247,9 @@ impl Worker {
         for p in &self.ports {
             p.wait_fds(&mut borrowed);
         }
-        if let Some(home) = &self.home
-            && home.homes().workers() > 1
-        {
-            // Another worker handing a frame over wakes this one.
+        if let Some(home) = &self.home {
+            // Another worker handing a frame over, or the control thread
+            // sending a command, wakes this one.
             home.set_sleeping(true);
             if home.has_mail() {
                 home.set_sleeping(false);

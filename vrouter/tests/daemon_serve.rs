@@ -62,6 +62,18 @@ fn http_get(ns: &Netns, addr: &str, path: &str) -> Result<(String, String)> {
     .map_err(|_| anyhow::anyhow!("http thread panicked"))?
 }
 
+/// A client connected to `addr` inside `ns` that sends nothing.
+fn silent_client(ns: &Netns, addr: &str) -> Result<TcpStream> {
+    let netns = format!("/var/run/netns/{}", ns.name);
+    let addr = addr.to_owned();
+    std::thread::spawn(move || -> Result<TcpStream> {
+        setns(std::fs::File::open(&netns)?, CloneFlags::CLONE_NEWNET)?;
+        Ok(TcpStream::connect(&addr)?)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("connect thread panicked"))?
+}
+
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn programmed_over_the_socket_it_forwards_pod_to_pod_and_converges_on_sync() -> Result<()> {
@@ -162,7 +174,14 @@ fn programmed_over_the_socket_it_forwards_pod_to_pod_and_converges_on_sync() -> 
         "{body}"
     );
     assert!(body.contains("reason=\"no_route\""), "{body}");
+    // Silent clients hold connections (each may keep its thread 5 s): the
+    // probes still answer within the reader's 5 s timeout, which a server
+    // taking clients one at a time would miss.
+    let silent: Vec<TcpStream> = (0..4)
+        .map(|_| silent_client(&node, metrics))
+        .collect::<Result<_>>()?;
     assert!(http_get(&node, metrics, "/healthz")?.0.contains("200"));
+    drop(silent);
     assert!(http_get(&node, metrics, "/readyz")?.0.contains("503"));
 
     // Sync to a state without pod B: its port is detached at run time and

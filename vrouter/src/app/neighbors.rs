@@ -70,11 +70,15 @@ pub fn spawn_learner(
     std::thread::Builder::new()
         .name("neighbors".into())
         .spawn(move || {
+            // Short naps, so a stop is seen within 50 ms; a round every 300 ms,
+            // a poke every 1.2 s.
             let mut ticks = 0u32;
             while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(300));
+                std::thread::sleep(Duration::from_millis(50));
                 ticks = ticks.wrapping_add(1);
-                learn_once(&control, ticks.is_multiple_of(4));
+                if ticks.is_multiple_of(6) {
+                    learn_once(&control, ticks.is_multiple_of(24));
+                }
             }
         })
 }

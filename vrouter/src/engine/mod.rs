@@ -330,14 +330,17 @@ impl Dataplane {
         Ok(())
     }
 
-    /// Sends one worker a command.
+    /// Sends one worker a command, and wakes it if it blocks in poll(2)
+    /// (an idle worker applies it at once, not after its 100 ms wait).
     pub fn send(&self, worker: usize, cmd: WorkerCmd) -> Result<(), EngineError> {
         self.workers
             .get(worker)
             .ok_or(EngineError::WorkerGone(worker))?
             .tx
             .send(cmd)
-            .map_err(|_| EngineError::WorkerGone(worker))
+            .map_err(|_| EngineError::WorkerGone(worker))?;
+        self.homes.home(worker).wake(worker);
+        Ok(())
     }
 
     /// Sends every worker its own copy of `cmd` (neighbours, settings and
@@ -351,13 +354,31 @@ impl Dataplane {
 
     /// Each worker's counters (`None` for a worker that does not answer).
     pub fn snapshots(&self) -> Vec<Option<WorkerSnapshot>> {
-        self.workers.iter().map(|w| w.snapshot()).collect()
+        // Ask them all (waking the idle ones), then collect: one second at
+        // most for a stuck worker, whatever the count.
+        let pending: Vec<_> = (0..self.workers.len())
+            .map(|w| {
+                let (tx, rx) = crossbeam_channel::bounded(1);
+                self.send(w, WorkerCmd::Snapshot(tx)).ok().map(|()| rx)
+            })
+            .collect();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        pending
+            .into_iter()
+            .map(|rx| rx.and_then(|rx| rx.recv_deadline(deadline).ok()))
+            .collect()
     }
 
     /// Stops the workers and waits for them (ports release their frames,
     /// programs detach); returns each one's last counters, in worker order.
     /// A second call returns defaults.
     pub fn shutdown(&mut self) -> Vec<WorkerSnapshot> {
+        // All at once, and awake: an idle worker blocked in poll(2) stops
+        // now rather than after its 100 ms wait.
+        for (i, w) in self.workers.iter().enumerate() {
+            w.request_stop();
+            self.homes.home(i).wake(i);
+        }
         self.workers
             .iter_mut()
             .map(|w| w.join().unwrap_or_default())

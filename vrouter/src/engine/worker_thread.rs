@@ -201,6 +201,11 @@ impl WorkerHandle {
         rx.recv_timeout(Duration::from_secs(1)).ok()
     }
 
+    /// Tells the worker to stop after its current poll (without waiting).
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
     /// Stops the worker and waits for it (its ports are released and their
     /// programs detached before it returns); returns its counters as they
     /// were when it stopped polling (`None` on a second call, or if the
@@ -341,7 +346,9 @@ fn snapshot(worker: &Worker, stats: &Stats) -> WorkerSnapshot {
 /// Polls until `stop`; applies commands between polls. Adaptive: spin while
 /// frames arrive, then sleep between polls (10 µs doubling to 1 ms) after
 /// a run of empty ones; the ports' `poll` wakes the kernel only when it asks
-/// (need_wakeup), so an idle worker costs near-zero CPU. Interrupt and
+/// (need_wakeup); after 64 such sleeps (about 60 ms idle) it blocks in
+/// poll(2) as interrupt polling does, up to 100 ms at a time, so an idle
+/// worker costs one wake-up per 100 ms whatever its port count. Interrupt and
 /// busy-poll: after the same run of empty polls, block in poll(2) on the
 /// ports' sockets and the worker's mailbox (another worker handing a frame
 /// over wakes it). Returns the counters as they were when it stopped.
@@ -355,6 +362,7 @@ pub fn poll_loop(
     const SPIN_BEFORE_SLEEP: u32 = 1024;
     const MIN_SLEEP: Duration = Duration::from_micros(10);
     const MAX_SLEEP: Duration = Duration::from_millis(1);
+    const SLEEPS_BEFORE_BLOCKING: u32 = 64;
     let mut stats = Stats {
         busy: 0,
         idle: 0,
@@ -399,10 +407,27 @@ pub fn poll_loop(
         if idle_run <= SPIN_BEFORE_SLEEP {
             continue;
         }
+        if !commands.is_empty() {
+            // Apply them before blocking (a command sent now also wakes
+            // the worker through its mailbox).
+            continue;
+        }
         if matches!(polling, Polling::Interrupt | Polling::BusyPoll) {
             // Commands wait at most this long too.
             worker.wait_for_frames(100);
         } else {
+            if idle_run > SPIN_BEFORE_SLEEP + SLEEPS_BEFORE_BLOCKING {
+                // Idle for tens of ms: block on the ports' sockets and the
+                // mailbox instead of waking 1000 times a second to walk
+                // every port (what an idle node with many pods paid).
+                let t = Instant::now();
+                worker.wait_for_frames(100);
+                if t.elapsed() < MAX_SLEEP {
+                    // No descriptor to wait on (in-memory ports).
+                    std::thread::sleep(MAX_SLEEP);
+                }
+                continue;
+            }
             std::thread::sleep(sleep);
             sleep = (sleep * 2).min(MAX_SLEEP);
         }
