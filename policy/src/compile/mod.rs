@@ -380,8 +380,12 @@ impl Compiler {
         let (set_updates, changed) = self.sets.finish(&w);
         let mut touched = Vec::new();
         if !changed.is_empty() {
+            // Every endpoint reading a changed set whose program is not
+            // sent anyway (recompiled to the same program counts: its
+            // flows must still revalidate).
+            let sent: BTreeSet<&EndpointKey> = programs.iter().map(|p| &p.endpoint).collect();
             for (k, p) in &self.programs {
-                if !recompile.contains(k) && p.sets().any(|id| changed.contains(&id)) {
+                if !sent.contains(k) && p.sets().any(|id| changed.contains(&id)) {
                     touched.push(k.clone());
                 }
             }

@@ -448,3 +448,36 @@ fn the_dataplane_refuses_stale_or_dangling_updates_whole() {
     let back: Update = serde_json::from_str(&json).unwrap();
     assert_eq!(back, lab.c.snapshot());
 }
+
+#[test]
+fn an_endpoint_recompiled_to_the_same_program_is_touched_when_a_set_it_reads_changes() {
+    let mut lab = Lab::new(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: clients, namespace: b}
+spec:
+  podSelector: {}
+  ingress: [{from: [{namespaceSelector: {}, podSelector: {matchLabels: {role: client}}}]}]
+"#,
+    );
+    // cli joins the set its own policy reads: its program is recompiled
+    // (its labels changed) to the same rules, and it must still revalidate.
+    let u = lab.apply(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: cli, namespace: b, labels: {app: cli, role: client}}
+spec: {serviceAccountName: robot}
+"#,
+    );
+    assert!(u.programs.is_empty(), "{u:?}");
+    assert_eq!(u.touched, vec![EndpointKey::new("b", "cli")]);
+    assert_eq!(
+        lab.dp
+            .endpoint(&EndpointKey::new("b", "cli"))
+            .unwrap()
+            .generation,
+        u.generation
+    );
+}
