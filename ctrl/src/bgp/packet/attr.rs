@@ -5,10 +5,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use bytes::{BufMut, Bytes, BytesMut};
 use ipnet::IpNet;
 
-use super::update::{UpdateMsg, decode_prefixes_v4, decode_prefixes_v6, encode_prefix};
+use super::prefix::{decode_prefixes_v4, decode_prefixes_v6, encode_prefix};
 use super::{
-    AFI_IPV4, AFI_IPV6, AS_TRANS, DecodeCxt, DecodeError, EncodeCxt, Reader, SAFI_UNICAST,
-    UpdateError,
+    AFI_IPV4, AFI_IPV6, AS_TRANS, DecodeCxt, EncodeCxt, Reader, SAFI_UNICAST, UpdateError,
 };
 
 pub(super) const FLAG_OPTIONAL: u8 = 0x80;
@@ -278,24 +277,6 @@ pub(super) fn attr_data(flags: u8, code: u8, val: &[u8]) -> Bytes {
     b.freeze()
 }
 
-/// Applies an attribute fault: an `Err` to reset the session, or records
-/// the RFC 7606 outcome in `msg`.
-pub(super) fn fault(msg: &mut UpdateMsg, cxt: &DecodeCxt, f: AttrFault) -> Result<(), DecodeError> {
-    match f {
-        AttrFault::Reset(e) => Err(e.into()),
-        AttrFault::Withdraw(e) | AttrFault::Discard(e) if !cxt.revised_error_handling => {
-            Err(e.into())
-        }
-        AttrFault::Withdraw(e) => {
-            if msg.treat_as_withdraw.is_none() {
-                msg.treat_as_withdraw = Some(e);
-            }
-            Ok(())
-        }
-        AttrFault::Discard(_) => Ok(()),
-    }
-}
-
 pub(super) fn expected_flags(code: u8) -> Option<u8> {
     Some(match code {
         ATTR_ORIGIN | ATTR_AS_PATH | ATTR_NEXT_HOP | ATTR_LOCAL_PREF | ATTR_ATOMIC_AGGREGATE => {
@@ -315,7 +296,8 @@ pub(super) fn decode_attr(
     val: &[u8],
     cxt: &DecodeCxt,
     attrs: &mut Attrs,
-    msg: &mut UpdateMsg,
+    mp_reach: &mut Option<MpReach>,
+    mp_unreach: &mut Option<MpUnreach>,
 ) -> Result<(), AttrFault> {
     let data = || attr_data(flags, code, val);
     let mut r = Reader::new(val);
@@ -429,13 +411,13 @@ pub(super) fn decode_attr(
             }
         }
         ATTR_MP_REACH => {
-            msg.mp_reach = decode_mp_reach(val)
+            *mp_reach = decode_mp_reach(val)
                 .map(Some)
                 .map_err(AttrFault::Reset)?
                 .flatten();
         }
         ATTR_MP_UNREACH => {
-            msg.mp_unreach = decode_mp_unreach(val).map_err(AttrFault::Reset)?;
+            *mp_unreach = decode_mp_unreach(val).map_err(AttrFault::Reset)?;
         }
         _ => {
             if flags & FLAG_OPTIONAL == 0 {

@@ -12,6 +12,7 @@ mod attr;
 mod error;
 mod notification;
 mod open;
+mod prefix;
 mod update;
 
 pub use attr::{AsPath, AsSegment, AsSegmentKind, Attrs, MpReach, MpUnreach, Origin, UnknownAttr};

@@ -1,14 +1,13 @@
 //! UPDATE (RFC 4271 §4.3): withdrawn routes, path attributes, NLRI, and the prefix codec.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
-
 use bytes::{BufMut, BytesMut};
-use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use ipnet::{IpNet, Ipv4Net};
 
 use super::attr::{
     ATTR_AS_PATH, ATTR_MP_REACH, ATTR_MP_UNREACH, ATTR_NEXT_HOP, ATTR_ORIGIN, AttrFault, Attrs,
-    FLAG_EXTENDED_LEN, MpReach, MpUnreach, attr_data, decode_attr, fault,
+    FLAG_EXTENDED_LEN, MpReach, MpUnreach, attr_data, decode_attr,
 };
+use super::prefix::{decode_prefixes_v4, encode_prefix};
 use super::{AFI_IPV4, DecodeCxt, DecodeError, EncodeCxt, Reader, SAFI_UNICAST, UpdateError};
 
 /// An UPDATE message (RFC 4271 §4.3) with its multiprotocol parts.
@@ -27,49 +26,21 @@ pub struct UpdateMsg {
     pub discarded: Vec<u8>,
 }
 
-pub(super) fn decode_prefixes_v4(buf: &[u8]) -> Result<Vec<Ipv4Net>, UpdateError> {
-    let mut r = Reader::new(buf);
-    let mut out = Vec::new();
-    while !r.is_empty() {
-        let len = r.u8().ok_or(UpdateError::InvalidNetworkField)?;
-        if len > 32 {
-            return Err(UpdateError::InvalidNetworkField);
+/// Applies an attribute fault: an `Err` to reset the session, or records
+/// the RFC 7606 outcome in `msg`.
+pub(super) fn fault(msg: &mut UpdateMsg, cxt: &DecodeCxt, f: AttrFault) -> Result<(), DecodeError> {
+    match f {
+        AttrFault::Reset(e) => Err(e.into()),
+        AttrFault::Withdraw(e) | AttrFault::Discard(e) if !cxt.revised_error_handling => {
+            Err(e.into())
         }
-        let octets = r
-            .take(usize::from(len).div_ceil(8))
-            .ok_or(UpdateError::InvalidNetworkField)?;
-        let mut a = [0u8; 4];
-        a[..octets.len()].copy_from_slice(octets);
-        let net =
-            Ipv4Net::new(Ipv4Addr::from(a), len).map_err(|_| UpdateError::InvalidNetworkField)?;
-        out.push(net.trunc());
-    }
-    Ok(out)
-}
-
-pub(super) fn decode_prefixes_v6(buf: &[u8]) -> Option<Vec<Ipv6Net>> {
-    let mut r = Reader::new(buf);
-    let mut out = Vec::new();
-    while !r.is_empty() {
-        let len = r.u8()?;
-        if len > 128 {
-            return None;
+        AttrFault::Withdraw(e) => {
+            if msg.treat_as_withdraw.is_none() {
+                msg.treat_as_withdraw = Some(e);
+            }
+            Ok(())
         }
-        let octets = r.take(usize::from(len).div_ceil(8))?;
-        let mut a = [0u8; 16];
-        a[..octets.len()].copy_from_slice(octets);
-        out.push(Ipv6Net::new(Ipv6Addr::from(a), len).ok()?.trunc());
-    }
-    Some(out)
-}
-
-pub(super) fn encode_prefix(buf: &mut BytesMut, net: &IpNet) {
-    let len = net.prefix_len();
-    buf.put_u8(len);
-    let n = usize::from(len).div_ceil(8);
-    match net {
-        IpNet::V4(n4) => buf.put_slice(&n4.addr().octets()[..n]),
-        IpNet::V6(n6) => buf.put_slice(&n6.addr().octets()[..n]),
+        AttrFault::Discard(_) => Ok(()),
     }
 }
 
@@ -168,7 +139,15 @@ impl UpdateMsg {
                 continue;
             }
             seen[code as usize] = true;
-            if let Err(f) = decode_attr(flags, code, val, cxt, &mut attrs, &mut msg) {
+            if let Err(f) = decode_attr(
+                flags,
+                code,
+                val,
+                cxt,
+                &mut attrs,
+                &mut msg.mp_reach,
+                &mut msg.mp_unreach,
+            ) {
                 fault(&mut msg, cxt, f)?;
             }
         }
