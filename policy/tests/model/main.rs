@@ -91,7 +91,7 @@ fn check(seed: u64) -> Result<(usize, usize), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
     fn the_classifier_agrees_with_the_model(seed in any::<u64>()) {

@@ -115,6 +115,8 @@ pub struct Pod {
     pub name: String,
     pub labels: Labels,
     pub ip: Ipv4Addr,
+    /// The service account (`default` when the pod names none).
+    pub service_account: String,
     /// Named container ports: (name, protocol, port).
     pub ports: Vec<(String, u8, u16)>,
 }
@@ -183,6 +185,11 @@ pub struct Entity {
     /// `Some(None)`: `global()`.
     pub namespace_selector: Option<Option<Sel>>,
     pub ports: Vec<(u16, u16)>,
+    /// Named ports (of the destination endpoint).
+    pub named_ports: Vec<String>,
+    /// serviceAccounts: names (any of; empty: any) and a selector over the
+    /// service account's labels.
+    pub service_accounts: Option<(Vec<String>, Option<Sel>)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,6 +217,8 @@ pub struct CalicoPolicy {
     pub tier: String,
     pub order: f64,
     pub selector: Sel,
+    /// Selects the endpoints by their service account's labels.
+    pub sa_selector: Option<Sel>,
     pub types: Option<(bool, bool)>,
     pub ingress: Vec<CalicoRule>,
     pub egress: Vec<CalicoRule>,
@@ -218,6 +227,8 @@ pub struct CalicoPolicy {
 #[derive(Debug, Clone, Default)]
 pub struct World {
     pub namespaces: Vec<Namespace>,
+    /// Service accounts' labels, by (namespace, name).
+    pub service_accounts: BTreeMap<(String, String), Labels>,
     pub pods: Vec<Pod>,
     pub netsets: Vec<NetSet>,
     pub tiers: Vec<Tier>,
@@ -247,6 +258,13 @@ impl World {
             .iter()
             .find(|n| n.name == ns)
             .map(|n| n.labels.clone())
+            .unwrap_or_default()
+    }
+
+    fn sa_labels(&self, pod: &Pod) -> Labels {
+        self.service_accounts
+            .get(&(pod.namespace.clone(), pod.service_account.clone()))
+            .cloned()
             .unwrap_or_default()
     }
 
@@ -310,7 +328,11 @@ impl World {
             ));
             let applies_here = if ingress { i } else { e };
             let in_ns = p.namespace.as_ref().is_none_or(|ns| *ns == pod.namespace);
-            if applies_here && in_ns && p.selector.eval(&pod.labels) {
+            let sa_ok = p
+                .sa_selector
+                .as_ref()
+                .is_none_or(|s| s.eval(&self.sa_labels(pod)));
+            if applies_here && in_ns && p.selector.eval(&pod.labels) && sa_ok {
                 let name = match &p.namespace {
                     Some(ns) => format!("{ns}/{}", p.name),
                     None => p.name.clone(),
@@ -444,11 +466,17 @@ impl World {
         if e.not_nets.iter().any(|c| c.contains(addr)) {
             return false;
         }
-        let any_selector =
-            e.selector.is_some() || e.not_selector.is_some() || e.namespace_selector.is_some();
+        let any_selector = e.selector.is_some()
+            || e.not_selector.is_some()
+            || e.namespace_selector.is_some()
+            || e.service_accounts.is_some();
         let scoped = e.selector.is_some()
             || e.namespace_selector.is_some()
+            || e.service_accounts.is_some()
             || (p.namespace.is_some() && any_selector);
+        // Whether the pod at the address (if any) is one the entity selects:
+        // named ports are those of the selected endpoints only.
+        let mut pod_selected = true;
         if scoped {
             let sel = e.selector.clone().unwrap_or(Sel::All);
             let pod_ok = self.pod_at(addr).is_some_and(|o| {
@@ -458,9 +486,15 @@ impl World {
                     (None, Some(ns)) => o.namespace == *ns,
                     (None, None) => true,
                 };
-                ns_ok && sel.eval(&o.labels)
+                let sa_ok = e.service_accounts.as_ref().is_none_or(|(names, sa_sel)| {
+                    (names.is_empty() || names.contains(&o.service_account))
+                        && sa_sel.as_ref().is_none_or(|s| s.eval(&self.sa_labels(o)))
+                });
+                ns_ok && sel.eval(&o.labels) && sa_ok
             });
+            // A network set has no service account.
             let set_ok = match (&e.namespace_selector, &p.namespace) {
+                _ if e.service_accounts.is_some() => false,
                 (Some(None), _) | (None, None) => self
                     .netsets
                     .iter()
@@ -470,6 +504,7 @@ impl World {
             if !pod_ok && !set_ok {
                 return false;
             }
+            pod_selected = pod_ok;
         }
         if let Some(not) = &e.not_selector {
             let hit_pod = self.pod_at(addr).is_some_and(|o| not.eval(&o.labels));
@@ -481,14 +516,21 @@ impl World {
                 return false;
             }
         }
-        if !e.ports.is_empty() {
+        if !e.ports.is_empty() || !e.named_ports.is_empty() {
+            // A named port is the container port of that name and the
+            // packet's protocol of a destination endpoint the entity selects.
             let Some(t) = t else { return false };
-            if !t.ported()
-                || !e
-                    .ports
-                    .iter()
-                    .any(|(a, b)| *a <= t.dst_port && t.dst_port <= *b)
-            {
+            let numbered = e
+                .ports
+                .iter()
+                .any(|(a, b)| *a <= t.dst_port && t.dst_port <= *b);
+            let named = pod_selected
+                && self.pod_at(addr).is_some_and(|o| {
+                    o.ports.iter().any(|(n, proto, num)| {
+                        e.named_ports.contains(n) && *proto == t.protocol && *num == t.dst_port
+                    })
+                });
+            if !t.ported() || !(numbered || named) {
                 return false;
             }
         }

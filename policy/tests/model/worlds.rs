@@ -187,6 +187,22 @@ fn entity(r: &mut Rng, ported: bool, dst: bool) -> Entity {
         e.ports
             .push(r.pick(&[(53, 53), (80, 80), (80, 81), (81, 8080)]));
     }
+    if dst && ported && r.chance(25) {
+        e.named_ports.push(r.pick(&["http", "dns"]).to_owned());
+    }
+    if r.chance(15) {
+        let names = if r.chance(50) {
+            vec![r.pick(&["default", "robot"]).to_owned()]
+        } else {
+            Vec::new()
+        };
+        let s = if names.is_empty() || r.chance(30) {
+            Some(sel(r, 0, false))
+        } else {
+            None
+        };
+        e.service_accounts = Some((names, s));
+    }
     e
 }
 
@@ -234,6 +250,14 @@ pub fn world(seed: u64) -> World {
             labels: labels(&mut r),
         });
     }
+    for ns in ["n1", "n2", "n3"] {
+        for sa in ["default", "robot"] {
+            if r.chance(60) {
+                w.service_accounts
+                    .insert((ns.to_owned(), sa.to_owned()), labels(&mut r));
+            }
+        }
+    }
     for i in 0..3 + r.below(4) {
         let mut ports = Vec::new();
         if r.chance(50) {
@@ -247,6 +271,7 @@ pub fn world(seed: u64) -> World {
             name: format!("p{i}"),
             labels: labels(&mut r),
             ip: Ipv4Addr::new(10, 0, 0, i as u8 + 1),
+            service_account: r.pick(&["default", "robot"]).to_owned(),
             ports,
         });
     }
@@ -297,6 +322,11 @@ pub fn world(seed: u64) -> World {
             tier,
             order,
             selector: sel(&mut r, 1, false),
+            sa_selector: if r.chance(20) {
+                Some(sel(&mut r, 0, false))
+            } else {
+                None
+            },
             types: types(&mut r),
             ingress: (0..r.below(4)).map(|_| calico_rule(&mut r)).collect(),
             egress: (0..r.below(4)).map(|_| calico_rule(&mut r)).collect(),
@@ -427,8 +457,8 @@ fn entity_json(e: &Entity) -> Value {
         }
         None => {}
     }
-    if !e.ports.is_empty() {
-        let ports: Vec<Value> = e
+    if !e.ports.is_empty() || !e.named_ports.is_empty() {
+        let mut ports: Vec<Value> = e
             .ports
             .iter()
             .map(|(a, b)| {
@@ -439,7 +469,18 @@ fn entity_json(e: &Entity) -> Value {
                 }
             })
             .collect();
+        ports.extend(e.named_ports.iter().map(|n| json!(n)));
         m.insert("ports".into(), Value::Array(ports));
+    }
+    if let Some((names, s)) = &e.service_accounts {
+        let mut sa = serde_json::Map::new();
+        if !names.is_empty() {
+            sa.insert("names".into(), json!(names));
+        }
+        if let Some(s) = s {
+            sa.insert("selector".into(), json!(s.render()));
+        }
+        m.insert("serviceAccounts".into(), Value::Object(sa));
     }
     Value::Object(m)
 }
@@ -472,6 +513,10 @@ pub fn render(w: &World) -> Vec<Value> {
         out.push(json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": n.name, "labels": labels_json(&n.labels)}}));
     }
+    for ((ns, name), l) in &w.service_accounts {
+        out.push(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": ns, "labels": labels_json(l)}}));
+    }
     for p in &w.pods {
         let ports: Vec<Value> = p
             .ports
@@ -482,7 +527,7 @@ pub fn render(w: &World) -> Vec<Value> {
             .collect();
         out.push(json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": p.name, "namespace": p.namespace, "labels": labels_json(&p.labels)},
-            "spec": {"containers": [{"name": "c", "ports": ports}]}}));
+            "spec": {"serviceAccountName": p.service_account, "containers": [{"name": "c", "ports": ports}]}}));
     }
     for s in &w.netsets {
         out.push(
@@ -530,6 +575,9 @@ pub fn render(w: &World) -> Vec<Value> {
         spec.insert("tier".into(), json!(p.tier));
         spec.insert("order".into(), json!(p.order));
         spec.insert("selector".into(), json!(p.selector.render()));
+        if let Some(s) = &p.sa_selector {
+            spec.insert("serviceAccountSelector".into(), json!(s.render()));
+        }
         if let Some(t) = types_json(p.types) {
             spec.insert("types".into(), json!(t));
         }
