@@ -20,7 +20,7 @@ use crate::program::{
 
 /// The most sets an update may number (ids are dense; this bounds the
 /// table a malformed update could make the dataplane allocate).
-pub const MAX_SET_ID: u32 = 1 << 22;
+pub const MAX_SET_ID: u32 = 1 << 20;
 
 /// What the classifier looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -343,13 +343,23 @@ impl PolicyState {
                 got: update.generation,
             });
         }
-        let mut sets = self.sets.clone();
+        // Check everything before changing anything (no copy of the sets).
+        let mut after: HashMap<SetId, bool> = HashMap::with_capacity(update.sets.len());
         for s in &update.sets {
-            sets.set(s.id, s.content.clone())?;
+            if s.id.0 >= MAX_SET_ID {
+                return Err(ApplyError::SetIdTooLarge(s.id.0));
+            }
+            after.insert(s.id, s.content.is_some());
         }
+        let exists = |id: SetId| {
+            after
+                .get(&id)
+                .copied()
+                .unwrap_or_else(|| self.sets.get(id).is_some())
+        };
         for p in &update.programs {
             if let Some(program) = &p.program
-                && let Some(missing) = program.sets().find(|id| sets.get(*id).is_none())
+                && let Some(missing) = program.sets().find(|id| !exists(*id))
             {
                 return Err(ApplyError::MissingSet {
                     endpoint: p.endpoint.clone(),
@@ -357,8 +367,32 @@ impl PolicyState {
                 });
             }
         }
+        // A removed set must not stay in use by a program the update keeps.
+        let removed: Vec<SetId> = update
+            .sets
+            .iter()
+            .filter(|s| s.content.is_none())
+            .map(|s| s.id)
+            .collect();
+        if !removed.is_empty() {
+            let replaced: std::collections::HashSet<&EndpointKey> =
+                update.programs.iter().map(|p| &p.endpoint).collect();
+            for (k, ep) in &self.endpoints {
+                if !replaced.contains(k)
+                    && let Some(id) = ep.program.sets().find(|id| removed.contains(id))
+                {
+                    return Err(ApplyError::MissingSet {
+                        endpoint: k.clone(),
+                        set: id.0,
+                    });
+                }
+            }
+        }
+        for s in &update.sets {
+            // In range: checked above.
+            let _ = self.sets.set(s.id, s.content.clone());
+        }
         let g = update.generation;
-        self.sets = sets;
         for p in &update.programs {
             match &p.program {
                 Some(program) => {

@@ -481,3 +481,39 @@ spec: {serviceAccountName: robot}
         u.generation
     );
 }
+
+#[test]
+fn the_dataplane_refuses_to_remove_a_set_a_kept_program_reads() {
+    let lab = Lab::new(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: db, namespace: a}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  ingress: [{from: [{podSelector: {matchLabels: {app: web}}}]}]
+"#,
+    );
+    let mut dp = lab.dp.clone();
+    let db = EndpointKey::new("a", "db");
+    let id = dp.endpoint(&db).unwrap().program.sets().next().unwrap();
+    let removal = Update {
+        generation: dp.generation() + 1,
+        sets: vec![crate::program::SetUpdate { id, content: None }],
+        ..Update::default()
+    };
+    assert!(matches!(
+        dp.apply(&removal),
+        Err(ApplyError::MissingSet { .. })
+    ));
+    assert!(dp.sets().get(id).is_some());
+    let huge = Update {
+        generation: dp.generation() + 1,
+        sets: vec![crate::program::SetUpdate {
+            id: crate::program::SetId(u32::MAX),
+            content: None,
+        }],
+        ..Update::default()
+    };
+    assert!(matches!(dp.apply(&huge), Err(ApplyError::SetIdTooLarge(_))));
+}
