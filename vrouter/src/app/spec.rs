@@ -639,4 +639,76 @@ mod tests {
         assert_eq!(c.cpu.unwrap().cores().unwrap(), vec![1]);
         assert!(toml::from_str::<FileConfig>("portz = []").is_err());
     }
+
+    #[test]
+    fn run_flags_become_the_requests_serve_gets() {
+        let cfg = RunConfig {
+            ports: vec![
+                "eth0=uplink".parse().unwrap(),
+                "pod1=pod:10.65.0.2".parse().unwrap(),
+                "out".parse().unwrap(),
+            ],
+            routes: vec![
+                "10.201.2.0/24=out".parse().unwrap(),
+                "10.66.0.0/26=vxlan:192.168.0.2".parse().unwrap(),
+            ],
+            neighbors: vec![
+                "10.201.2.2=02:00:00:00:00:02".parse().unwrap(),
+                "192.168.0.2=02:00:00:00:00:09@eth0".parse().unwrap(),
+            ],
+            node: Some("192.168.0.1".parse().unwrap()),
+            underlay_prefix_len: 24,
+            vxlan_vni: 7,
+            vxlan_port: 4789,
+            cores: vec![],
+            polling: Polling::Adaptive,
+            io: IoMode::Auto,
+            umem_frames: 4096,
+        };
+        let reqs = cfg.requests().unwrap();
+        let api::VrouterRequest::SetNode { node } = &reqs[0] else {
+            panic!("{reqs:?}")
+        };
+        assert_eq!(node.vxlan.vni, 7);
+        assert_eq!(
+            node.underlay_subnet,
+            Some("192.168.0.0/24".parse().unwrap())
+        );
+        let api::VrouterRequest::AddPorts { ports } = &reqs[1] else {
+            panic!("{reqs:?}")
+        };
+        let kinds: Vec<api::PortKind> = ports.iter().map(|p| p.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                api::PortKind::Uplink,
+                api::PortKind::Pod,
+                api::PortKind::Appliance
+            ]
+        );
+        // The sink behind the appliance port is its peer.
+        assert_eq!(ports[2].peer_mac, Some(Mac([2, 0, 0, 0, 0, 2])));
+        assert_eq!(ports[0].peer_mac, None, "an explicit @port is not a peer");
+        let api::VrouterRequest::AddRoutes { routes } = &reqs[2] else {
+            panic!("{reqs:?}")
+        };
+        assert_eq!(routes.len(), 3, "the pod's /32, then the two routes");
+        assert_eq!(routes[0].prefix, "10.65.0.2/32".parse::<IpNet>().unwrap());
+        let api::VrouterRequest::SetNeighbors { neighbors } = &reqs[3] else {
+            panic!("{reqs:?}")
+        };
+        let on: Vec<&str> = neighbors.iter().map(|n| n.port.as_str()).collect();
+        assert_eq!(on, vec!["out", "eth0"]);
+        let twice = RunConfig {
+            ports: vec!["a".parse().unwrap(), "a=uplink".parse().unwrap()],
+            ..cfg
+        };
+        assert!(
+            twice
+                .requests()
+                .unwrap_err()
+                .to_string()
+                .contains("given twice")
+        );
+    }
 }
