@@ -41,10 +41,12 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 mod cni;
+mod density;
 mod exec;
 mod teardown;
 
 use cni::{CONFLIST, Pod, cni_add, cni_conf_dir, cni_del, install_cni};
+pub use density::DensityReport;
 use exec::{in_ns, ip, sh, sh_within, succeeds_within, wait_for};
 use teardown::{OWNER, process_identity, running_owner, spawn_daemon};
 pub use teardown::{Stopped, Teardown, down, lab_namespaces};
@@ -80,6 +82,11 @@ pub struct LabConfig {
     pub throughput_secs: u32,
     /// Leave the lab running at the end.
     pub keep: bool,
+    /// Extra pods added to node 1 by parallel ADDs, probed, measured and
+    /// deleted (issue 17); 0 skips that step.
+    pub density: u16,
+    /// Seconds over which the density step measures the idle vrouter.
+    pub density_idle_secs: u32,
 }
 
 impl LabConfig {
@@ -94,6 +101,8 @@ impl LabConfig {
             subnets: 2,
             throughput_secs: 3,
             keep: false,
+            density: 0,
+            density_idle_secs: 5,
         }
     }
 
@@ -126,6 +135,9 @@ impl LabConfig {
     fn check(&self) -> Result<()> {
         if !(2..=200).contains(&self.nodes) || !(1..=50).contains(&self.pods) {
             bail!("nodes 2..=200, pods 1..=50");
+        }
+        if self.density > 250 {
+            bail!("density: at most 250 pods");
         }
         if !(1..=2).contains(&self.subnets) {
             bail!("subnets: 1 or 2");
@@ -172,6 +184,8 @@ pub struct LabReport {
     /// (sample names, as a dashboard queries them), scraped after the
     /// traffic: the dashboard test checks deploy/grafana against them.
     pub metric_names: std::collections::BTreeSet<String>,
+    /// The density step's figures, when it ran.
+    pub density: Option<DensityReport>,
     /// The final teardown (none with `keep`).
     pub teardown: Option<Teardown>,
 }
@@ -182,6 +196,7 @@ impl LabReport {
             && self.pairs_ok == self.pairs_total
             && self.pairs_total > 0
             && self.paths.iter().all(|p| p.kind == p.expected)
+            && self.density.as_ref().is_none_or(DensityReport::success)
     }
 }
 
@@ -338,6 +353,37 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
 
     step("all-pairs ping (3 each)");
     ping_matrix(pods, report);
+
+    if cfg.density > 0 {
+        step(&format!(
+            "density: {} more pods on node 1 by parallel ADDs, each pinged from node 2 and node 1",
+            cfg.density
+        ));
+        let d = density::run(cfg, pods)?;
+        println!("{d}");
+        for p in d.add_failures.iter().chain(&d.del_failures) {
+            println!("FAIL {p}");
+        }
+        for p in &d.remote_lossy {
+            println!("LOSS from node 2: {p}");
+        }
+        for p in &d.local_lost {
+            println!("LOSS from node 1: {p}");
+        }
+        if !d.success() {
+            report.failed_step.get_or_insert_with(|| {
+                format!(
+                    "density: {} of {} pods lost pings from node 2, {} from node 1, {} ADD and {} DEL failures",
+                    d.remote_lossy.len(),
+                    d.pods,
+                    d.local_lost.len(),
+                    d.add_failures.len(),
+                    d.del_failures.len()
+                )
+            });
+        }
+        report.density = Some(d);
+    }
 
     if cfg.throughput_secs > 0 && cfg.nodes >= 2 {
         step("throughput: TCP between pods on node 1 and node 2");

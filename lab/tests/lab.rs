@@ -1,5 +1,6 @@
 //! The lab smoke test: three nodes, two pods each, all-pairs ping through
-//! the real daemons and CNI plugin, then nothing left behind.
+//! the real daemons and CNI plugin (and 40 more pods on node 1, each
+//! pinged), then nothing left behind.
 //!
 //! It execs the binaries `cargo xtask test` builds before the tests
 //! (`cargo build --workspace --bins`: they sit beside this test's `deps/`
@@ -74,16 +75,28 @@ fn run_and_check_nothing_is_left(cfg: &LabConfig) -> lab::LabReport {
 
 #[test]
 #[ignore = "requires root and network namespaces"]
-fn three_nodes_two_pods_all_pairs_ping_then_nothing_is_left() {
+fn three_nodes_two_pods_all_pairs_ping_forty_more_pods_answer_then_nothing_is_left() {
     // What `cargo xtask lab` runs: IPIP, node 3 behind the router.
+    // With 40 more pods on node 1 (issue 17's density step, small): every
+    // one reachable from node 2 and node 1 with no loss, first packets
+    // included, and nothing left after their DELs.
     let cfg = LabConfig {
         throughput_secs: 0,
+        density: 40,
+        density_idle_secs: 2,
         ..LabConfig::new(bin_dir())
     };
     assert_eq!((cfg.encap.as_str(), cfg.subnets), ("ipip", 2));
     let report = run_and_check_nothing_is_left(&cfg);
     assert_eq!(report.paths.len(), 6, "{report:?}");
     assert!(report.paths.iter().all(|p| p.kind == "ipip"), "{report:?}");
+    let density = report.density.as_ref().expect("the density step ran");
+    assert_eq!(density.add_failures, Vec::<String>::new());
+    assert_eq!(density.distinct_addresses, 40);
+    assert_eq!(density.remote_lossy, Vec::<String>::new(), "{density}");
+    assert_eq!(density.local_lost, Vec::<String>::new(), "{density}");
+    assert_eq!(density.del_failures, Vec::<String>::new());
+    assert_eq!(density.endpoints_left, 0);
     every_metric_the_dashboard_queries_is_exported(&report);
 }
 

@@ -12,6 +12,14 @@
 //! fill ring, so an idle direction cannot park the whole UMEM there (the
 //! xsk forward bench saw exactly that). Completed transmissions go straight
 //! back to the arena's free list in [`Port::poll`].
+//!
+//! Many ports draw on one worker's part of the UMEM, so a port starts with a
+//! small fill target ([`XdpPortConfig::pod_fill_start`], 16 frames for a
+//! pod: a first burst such as a TCP initial window) and doubles it up to its
+//! budget only when it drains its ring and the arena has frames to spare.
+//! A fixed 128 per pod parked the whole arena on the fill rings of the
+//! first ~8 pods of a worker, and every later pod lost its first packets
+//! (`fill_ring_empty`, issue 17); now an idle pod holds 16 frames (32 KiB).
 
 use std::time::Instant;
 
@@ -71,6 +79,11 @@ pub struct XdpPortStats {
 struct Queue {
     socket: XskSocket,
     on_fill_ring: u32,
+    /// Frames to keep on the fill ring now: starts small, doubles up to
+    /// the port's budget while the queue drains it (see the module doc).
+    target: u32,
+    /// Frames received since the last refill.
+    took: u32,
 }
 
 /// A port on AF_XDP sockets: one per receive queue of the interface (RSS
@@ -198,9 +211,15 @@ pub struct XdpPortConfig {
     /// (split between its queues).
     pub fill_budget: u32,
     /// The same for a pod port. Pods are many and each receives little, and
-    /// every frame on a fill ring is unavailable to the others: 20 pods at
-    /// 128 plus an uplink at 1024 fit in a 4096-frame (8 MiB) UMEM.
+    /// every frame on a fill ring is unavailable to the others.
     pub pod_fill_budget: u32,
+    /// The fill target a port starts with (per queue), grown up to its
+    /// budget while it drains its ring and the arena has more than an
+    /// eighth of the UMEM free. 110 idle pods at 16 plus an uplink at 256
+    /// hold 2,016 frames of a 4,096-frame (8 MiB) UMEM.
+    pub fill_start: u32,
+    /// The same for a pod port.
+    pub pod_fill_start: u32,
     /// Receive queues to bind at most (the interface's count, up to this).
     pub max_queues: u32,
     /// Chunks in the UMEM (the arena's `frames()`).
@@ -216,6 +235,8 @@ impl Default for XdpPortConfig {
             xdp_mode: XdpMode::Auto,
             fill_budget: 1024,
             pod_fill_budget: 128,
+            fill_start: 256,
+            pod_fill_start: 16,
             max_queues: 16,
             umem_frames: 4096,
             frame_size: 2048,
@@ -282,6 +303,8 @@ impl XdpPort {
             queues.push(Queue {
                 socket,
                 on_fill_ring: 0,
+                target: 0,
+                took: 0,
             });
         }
         let attachment = steering.attach(ifindex, role, config.xdp_mode)?;
@@ -297,11 +320,15 @@ impl XdpPort {
             busy_poll = socket_config.busy_poll.is_some(),
             "AF_XDP port open"
         );
-        let budget = match role {
-            Role::Pod => config.pod_fill_budget,
-            Role::Uplink | Role::All => config.fill_budget,
+        let (budget, start) = match role {
+            Role::Pod => (config.pod_fill_budget, config.pod_fill_start),
+            Role::Uplink | Role::All => (config.fill_budget, config.fill_start),
         };
         let per_queue = (budget.min(config.socket.fill_size) / count).max(32);
+        let start = (start / count).clamp(8, per_queue);
+        for q in &mut queues {
+            q.target = start;
+        }
         Ok(XdpPort {
             name: ifname.to_owned(),
             mac: link.mac,
@@ -461,6 +488,7 @@ impl Port for XdpPort {
             }
             let n = q.socket.rx_burst(&mut self.descs[..max - total]);
             q.on_fill_ring = q.on_fill_ring.saturating_sub(n as u32);
+            q.took = q.took.saturating_add(n as u32);
             for (out, d) in descs[total..].iter_mut().zip(&self.descs[..n]) {
                 *out = FrameDesc {
                     addr: d.addr,
@@ -519,9 +547,11 @@ impl Port for XdpPort {
         if self.queues[0].socket.tx_pending() > 0 {
             self.kick();
         }
+        let spare = arena.free_count() > (arena.frames() / 8) as usize;
         for q in &mut self.queues {
-            let want =
-                (self.fill_budget.saturating_sub(q.on_fill_ring) as usize).min(self.addrs.len());
+            q.target = grown_target(q.target, q.took, self.fill_budget, spare);
+            q.took = 0;
+            let want = (q.target.saturating_sub(q.on_fill_ring) as usize).min(self.addrs.len());
             let mut got = 0;
             while got < want {
                 match arena.alloc() {
@@ -605,6 +635,17 @@ impl Port for XdpPort {
 
 /// Marks the chunk of `addr` as held by the port or not.
 #[inline]
+/// A queue's next fill target: doubled (up to `budget`) when it received
+/// three quarters of its target since the last refill and the arena has
+/// frames to `spare`, else unchanged.
+fn grown_target(target: u32, took: u32, budget: u32, spare: bool) -> u32 {
+    if spare && took >= target - target / 4 && target < budget {
+        (target * 2).min(budget)
+    } else {
+        target
+    }
+}
+
 fn hold(held: &mut [bool], frame_shift: u32, addr: u64, is_held: bool) {
     if let Some(h) = held.get_mut((addr >> frame_shift) as usize) {
         *h = is_held;
@@ -658,6 +699,21 @@ impl LinkInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fill_target_grows_only_for_a_queue_that_drains_it_while_frames_are_spare() {
+        // An idle pod stays at its start.
+        assert_eq!(grown_target(16, 0, 128, true), 16);
+        assert_eq!(grown_target(16, 11, 128, true), 16);
+        // A burst of three quarters doubles it, up to the budget.
+        assert_eq!(grown_target(16, 12, 128, true), 32);
+        assert_eq!(grown_target(64, 64, 128, true), 128);
+        assert_eq!(grown_target(128, 128, 128, true), 128);
+        assert_eq!(grown_target(96, 96, 128, true), 128);
+        // Not while the arena is short: the other ports' first packets
+        // need their frames more.
+        assert_eq!(grown_target(16, 16, 128, false), 16);
+    }
 
     #[test]
     fn link_info_refuses_names_that_are_paths() {
