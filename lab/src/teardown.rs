@@ -362,6 +362,11 @@ mod tests {
     fn a_process_is_waited_for_until_it_has_really_exited() {
         let mut child = Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id();
+        // The exec may not show in /proc yet on a busy machine.
+        let shown = Instant::now();
+        while command_line(pid).is_empty() && shown.elapsed() < Duration::from_secs(5) {
+            thread::sleep(Duration::from_millis(10));
+        }
         let mut targets = vec![Target {
             pid,
             identity: process_identity(pid).unwrap(),
