@@ -6,6 +6,7 @@
 //! packet's verdict must equal the model's.
 
 mod spec;
+mod truth;
 mod worlds;
 
 use std::net::IpAddr;
