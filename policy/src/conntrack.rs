@@ -488,16 +488,6 @@ impl ConnTable {
         gone
     }
 
-    fn timeout(&self, protocol: u8, tcp: Option<TcpState>, replied: bool) -> u64 {
-        match (protocol, tcp) {
-            (6, Some(s)) => self.timeouts.tcp[s as usize],
-            (17 | 136, _) if replied => self.timeouts.udp_stream,
-            (17 | 136, _) => self.timeouts.udp,
-            (1 | 58, _) => self.timeouts.icmp,
-            _ => self.timeouts.generic,
-        }
-    }
-
     /// Handles one packet. `generation` is the newest policy generation of
     /// the endpoints the flow crosses; `classify` gives the verdict for a
     /// packet in the flow's original direction (both endpoints' programs,
@@ -530,38 +520,47 @@ impl ConnTable {
         let t = &seen.tuple;
         let (key, src_lo) = key_of(t);
         let protocol = t.protocol;
-        if let Some(e) = self.map.get(&key).copied()
-            && e.expires > now
-        {
-            let reply = src_lo != e.orig_src_lo;
-            let mut e = e;
-            let mut outcome = Outcome::Tracked { reply };
-            if e.generation < generation {
-                let orig = if reply { t.reversed() } else { *t };
-                let v = classify(&packet(&orig, e.icmp));
-                if !v.allow {
+        let timeouts = self.timeouts;
+        let mut classify = Some(classify);
+        let mut verdict_of = |p: &Packet| match classify.take() {
+            Some(f) => f(p),
+            // Called once per packet by construction; a second call
+            // (impossible) denies rather than allows.
+            None => Verdict {
+                allow: false,
+                decision: Decision::NoPolicy,
+                logged: None,
+            },
+        };
+        // One lookup: the entry is updated in place.
+        let tracked = match self.map.get_mut(&key) {
+            Some(e) if e.expires > now => {
+                let reply = src_lo != e.orig_src_lo;
+                let mut outcome = Outcome::Tracked { reply };
+                if e.generation < generation {
+                    let orig = if reply { t.reversed() } else { *t };
+                    let v = verdict_of(&packet(&orig, e.icmp));
+                    if !v.allow {
+                        Some(Outcome::Denied(v))
+                    } else {
+                        e.decision = v.decision;
+                        e.generation = generation;
+                        outcome = Outcome::Revalidated(v);
+                        Some(step(e, seen, reply, now, &timeouts, outcome))
+                    }
+                } else {
+                    Some(step(e, seen, reply, now, &timeouts, outcome))
+                }
+            }
+            _ => None,
+        };
+        if let Some(outcome) = tracked {
+            match outcome {
+                Outcome::Denied(_) => {
                     self.map.remove(&key);
                     self.stats.denied += 1;
-                    return Outcome::Denied(v);
                 }
-                e.decision = v.decision;
-                e.generation = generation;
-                outcome = Outcome::Revalidated(v);
-            }
-            if protocol == 6 {
-                match tcp_next(reply, seen.tcp_flags, e.tcp) {
-                    None => {
-                        self.stats.invalid += 1;
-                        return Outcome::Invalid;
-                    }
-                    Some(Some(s)) => e.tcp = Some(s),
-                    Some(None) => {}
-                }
-            }
-            e.replied |= reply;
-            e.expires = now.saturating_add(self.timeout(protocol, e.tcp, e.replied));
-            self.map.insert(key, e);
-            match outcome {
+                Outcome::Invalid => self.stats.invalid += 1,
                 Outcome::Revalidated(_) => self.stats.revalidated += 1,
                 _ => self.stats.tracked += 1,
             }
@@ -579,7 +578,7 @@ impl ConnTable {
         } else {
             None
         };
-        let v = classify(&packet(t, seen.icmp));
+        let v = verdict_of(&packet(t, seen.icmp));
         if !v.allow {
             self.stats.denied += 1;
             return Outcome::Denied(v);
@@ -597,7 +596,7 @@ impl ConnTable {
         let entry = Entry {
             decision: v.decision,
             generation,
-            expires: now.saturating_add(self.timeout(protocol, tcp, false)),
+            expires: now.saturating_add(timeout(&self.timeouts, protocol, tcp, false)),
             orig_src_lo: src_lo,
             replied: false,
             tcp,
@@ -617,6 +616,39 @@ impl ConnTable {
     pub fn tcp_state(&self, t: &Tuple) -> Option<TcpState> {
         self.map.get(&key_of(t).0).and_then(|e| e.tcp)
     }
+}
+
+fn timeout(timeouts: &Timeouts, protocol: u8, tcp: Option<TcpState>, replied: bool) -> u64 {
+    match (protocol, tcp) {
+        (6, Some(s)) => timeouts.tcp[s as usize],
+        (17 | 136, _) if replied => timeouts.udp_stream,
+        (17 | 136, _) => timeouts.udp,
+        (1 | 58, _) => timeouts.icmp,
+        _ => timeouts.generic,
+    }
+}
+
+/// A tracked flow's packet: TCP state, reply flag and expiry updated;
+/// `Invalid` (entry left as it was but for a revalidation) when TCP says so.
+fn step(
+    e: &mut Entry,
+    seen: &Seen,
+    reply: bool,
+    now: u64,
+    timeouts: &Timeouts,
+    outcome: Outcome,
+) -> Outcome {
+    let protocol = seen.tuple.protocol;
+    if protocol == 6 {
+        match tcp_next(reply, seen.tcp_flags, e.tcp) {
+            None => return Outcome::Invalid,
+            Some(Some(s)) => e.tcp = Some(s),
+            Some(None) => {}
+        }
+    }
+    e.replied |= reply;
+    e.expires = now.saturating_add(timeout(timeouts, protocol, e.tcp, e.replied));
+    outcome
 }
 
 fn packet(t: &Tuple, icmp: Option<(u8, u8)>) -> Packet {
