@@ -204,6 +204,7 @@ pub enum Action {
 pub struct CalicoRule {
     pub action: Action,
     pub protocol: Option<u8>,
+    pub not_protocol: Option<u8>,
     pub icmp_type: Option<u8>,
     pub source: Entity,
     pub destination: Entity,
@@ -219,6 +220,9 @@ pub struct CalicoPolicy {
     pub selector: Sel,
     /// Selects the endpoints by their service account's labels.
     pub sa_selector: Option<Sel>,
+    /// GlobalNetworkPolicy only: selects the endpoints by their
+    /// namespace's labels.
+    pub namespace_selector: Option<Sel>,
     pub types: Option<(bool, bool)>,
     pub ingress: Vec<CalicoRule>,
     pub egress: Vec<CalicoRule>,
@@ -327,7 +331,10 @@ impl World {
                 !p.egress.is_empty(),
             ));
             let applies_here = if ingress { i } else { e };
-            let in_ns = p.namespace.as_ref().is_none_or(|ns| *ns == pod.namespace);
+            let in_ns = p.namespace.as_ref().is_none_or(|ns| *ns == pod.namespace)
+                && p.namespace_selector
+                    .as_ref()
+                    .is_none_or(|s| s.eval(&self.ns_labels(&pod.namespace)));
             let sa_ok = p
                 .sa_selector
                 .as_ref()
@@ -442,6 +449,9 @@ impl World {
 
     fn calico_rule(&self, p: &CalicoPolicy, r: &CalicoRule, t: &Traffic) -> bool {
         if r.protocol.is_some_and(|x| x != t.protocol) {
+            return false;
+        }
+        if r.not_protocol.is_some_and(|x| x == t.protocol) {
             return false;
         }
         if r.icmp_type

@@ -157,11 +157,13 @@ fn cases() -> Vec<(&'static str, World)> {
         order: 10.0,
         selector: Sel::Eq("pod".into(), "a".into()),
         sa_selector: None,
+        namespace_selector: None,
         types: Some((true, false)),
         ingress: vec![
             CalicoRule {
                 action: Action::Pass,
                 protocol: None,
+                not_protocol: None,
                 icmp_type: None,
                 source: Entity {
                     namespace_selector: Some(Some(Sel::In(
@@ -175,6 +177,7 @@ fn cases() -> Vec<(&'static str, World)> {
             CalicoRule {
                 action: Action::Deny,
                 protocol: None,
+                not_protocol: None,
                 icmp_type: None,
                 source: Entity::default(),
                 destination: Entity::default(),
@@ -204,11 +207,13 @@ fn cases() -> Vec<(&'static str, World)> {
             Box::new(Sel::Not(Box::new(Sel::Has("exempt".into())))),
         ),
         sa_selector: None,
+        namespace_selector: None,
         types: Some((true, false)),
         ingress: vec![
             CalicoRule {
                 action: Action::Deny,
                 protocol: Some(6),
+                not_protocol: None,
                 icmp_type: None,
                 source: Entity::default(),
                 destination: Entity {
@@ -219,6 +224,7 @@ fn cases() -> Vec<(&'static str, World)> {
             CalicoRule {
                 action: Action::Allow,
                 protocol: None,
+                not_protocol: None,
                 icmp_type: None,
                 source: Entity::default(),
                 destination: Entity::default(),

@@ -221,9 +221,15 @@ fn calico_rule(r: &mut Rng) -> CalicoRule {
     } else {
         None
     };
+    let not_protocol = if r.chance(15) {
+        Some(r.pick(&[6u8, 17, 1]))
+    } else {
+        None
+    };
     CalicoRule {
         action,
         protocol,
+        not_protocol,
         icmp_type,
         source: entity(r, ported, false),
         destination: entity(r, ported, true),
@@ -312,6 +318,7 @@ pub fn world(seed: u64) -> World {
         } else {
             None
         };
+        let global = namespace.is_none();
         w.calico.push(CalicoPolicy {
             namespace,
             name: if tier == "default" {
@@ -324,6 +331,11 @@ pub fn world(seed: u64) -> World {
             selector: sel(&mut r, 1, false),
             sa_selector: if r.chance(20) {
                 Some(sel(&mut r, 0, false))
+            } else {
+                None
+            },
+            namespace_selector: if global && r.chance(25) {
+                Some(sel(&mut r, 1, false))
             } else {
                 None
             },
@@ -501,6 +513,16 @@ fn calico_rule_json(r: &CalicoRule) -> Value {
     if let Some(t) = r.icmp_type {
         m.insert("icmp".into(), json!({"type": t}));
     }
+    if let Some(p) = r.not_protocol {
+        m.insert(
+            "notProtocol".into(),
+            json!(match p {
+                6 => "TCP",
+                17 => "UDP",
+                _ => "ICMP",
+            }),
+        );
+    }
     m.insert("source".into(), entity_json(&r.source));
     m.insert("destination".into(), entity_json(&r.destination));
     Value::Object(m)
@@ -577,6 +599,9 @@ pub fn render(w: &World) -> Vec<Value> {
         spec.insert("selector".into(), json!(p.selector.render()));
         if let Some(s) = &p.sa_selector {
             spec.insert("serviceAccountSelector".into(), json!(s.render()));
+        }
+        if let Some(s) = &p.namespace_selector {
+            spec.insert("namespaceSelector".into(), json!(s.render()));
         }
         if let Some(t) = types_json(p.types) {
             spec.insert("types".into(), json!(t));
