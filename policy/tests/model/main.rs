@@ -14,36 +14,29 @@ use std::net::IpAddr;
 use brindle_policy::classify::{Packet, PolicyState};
 use brindle_policy::compile::{Change, Compiler, EndpointInfo};
 use brindle_policy::program::{Direction, EndpointKey};
-use brindle_policy::resource::parse_documents;
+use brindle_policy::resource::{Kind, ResourceKey, parse_documents};
 use proptest::prelude::*;
 
-/// Checks one world; returns (allowed, denied) packet counts.
-fn check(seed: u64) -> Result<(usize, usize), TestCaseError> {
-    let world = worlds::world(seed);
-    let docs = worlds::render(&world);
-    let text = serde_json::to_string_pretty(&docs).expect("json");
-    let resources = match parse_documents(&text) {
-        Ok(r) => r,
-        Err(e) => return Err(TestCaseError::fail(format!("seed {seed}: {e}\n{text}"))),
-    };
-    let mut changes: Vec<Change> = resources.into_iter().map(Change::Apply).collect();
-    for p in &world.pods {
-        changes.push(Change::Endpoint(
-            EndpointKey::new(&p.namespace, &p.name),
-            Some(EndpointInfo {
-                addrs: vec![IpAddr::V4(p.ip)],
-                local: true,
-            }),
-        ));
+/// Parses the rendered world (a failure is the test's).
+fn resources(seed: u64, text: &str) -> Result<Vec<Change>, TestCaseError> {
+    match parse_documents(text) {
+        Ok(r) => Ok(r.into_iter().map(Change::Apply).collect()),
+        Err(e) => Err(TestCaseError::fail(format!("seed {seed}: {e}\n{text}"))),
     }
-    // Apply in a seed-chosen order and batching.
-    let mut rng = worlds::Rng::new(seed ^ 0xba7c4);
+}
+
+/// Applies changes in a seed-chosen order and batching.
+fn apply_shuffled(
+    seed: u64,
+    rng: &mut worlds::Rng,
+    compiler: &mut Compiler,
+    dp: &mut PolicyState,
+    mut changes: Vec<Change>,
+) -> Result<(), TestCaseError> {
     for i in (1..changes.len()).rev() {
         let j = rng.below(i + 1);
         changes.swap(i, j);
     }
-    let mut compiler = Compiler::new();
-    let mut dp = PolicyState::default();
     let mut rest = changes.as_slice();
     while !rest.is_empty() {
         let n = 1 + rng.below(rest.len());
@@ -54,6 +47,16 @@ fn check(seed: u64) -> Result<(usize, usize), TestCaseError> {
         }
         rest = &rest[n..];
     }
+    Ok(())
+}
+
+/// Every packet's verdict against the model's; (allowed, denied) counts.
+fn verify(
+    seed: u64,
+    world: &spec::World,
+    dp: &PolicyState,
+    text: &str,
+) -> Result<(usize, usize), TestCaseError> {
     let endpoint_of = |ip: std::net::Ipv4Addr| {
         world
             .pods
@@ -62,7 +65,7 @@ fn check(seed: u64) -> Result<(usize, usize), TestCaseError> {
             .map(|p| EndpointKey::new(&p.namespace, &p.name))
     };
     let mut counts = (0, 0);
-    for t in worlds::traffic(seed, &world, 32) {
+    for t in worlds::traffic(seed, world, 32) {
         let icmp = t.protocol == 1;
         let pkt = Packet {
             src: IpAddr::V4(t.src),
@@ -88,6 +91,84 @@ fn check(seed: u64) -> Result<(usize, usize), TestCaseError> {
             )));
         }
     }
+    Ok(counts)
+}
+
+/// Checks one world, then the same world after deleting some policies,
+/// network sets and tiers and relabelling some pods (the incremental
+/// paths: sets released and their ids reused, memberships re-evaluated);
+/// returns the first world's (allowed, denied) packet counts.
+fn check(seed: u64) -> Result<(usize, usize), TestCaseError> {
+    let world = worlds::world(seed);
+    let text = serde_json::to_string_pretty(&worlds::render(&world)).expect("json");
+    let mut changes = resources(seed, &text)?;
+    for p in &world.pods {
+        changes.push(Change::Endpoint(
+            EndpointKey::new(&p.namespace, &p.name),
+            Some(EndpointInfo {
+                addrs: vec![IpAddr::V4(p.ip)],
+                local: true,
+            }),
+        ));
+    }
+    let mut rng = worlds::Rng::new(seed ^ 0xba7c4);
+    let mut compiler = Compiler::new();
+    let mut dp = PolicyState::default();
+    apply_shuffled(seed, &mut rng, &mut compiler, &mut dp, changes)?;
+    let counts = verify(seed, &world, &dp, &text)?;
+
+    let mut after = world.clone();
+    let mut deletes = Vec::new();
+    let key = |kind, namespace: Option<&String>, name: &String| ResourceKey {
+        kind,
+        namespace: namespace.cloned(),
+        name: name.clone(),
+    };
+    after.k8s.retain(|p| {
+        let keep = rng.chance(50);
+        if !keep {
+            deletes.push(key(
+                Kind::KubernetesNetworkPolicy,
+                Some(&p.namespace),
+                &p.name,
+            ));
+        }
+        keep
+    });
+    after.calico.retain(|p| {
+        let keep = rng.chance(50);
+        if !keep {
+            let kind = match p.namespace {
+                Some(_) => Kind::NetworkPolicy,
+                None => Kind::GlobalNetworkPolicy,
+            };
+            deletes.push(key(kind, p.namespace.as_ref(), &p.name));
+        }
+        keep
+    });
+    after.netsets.retain(|s| {
+        let keep = rng.chance(50);
+        if !keep {
+            deletes.push(key(Kind::GlobalNetworkSet, None, &s.name));
+        }
+        keep
+    });
+    for p in &mut after.pods {
+        if rng.chance(30) {
+            p.labels = worlds::labels(&mut rng);
+        }
+    }
+    let text = serde_json::to_string_pretty(&worlds::render(&after)).expect("json");
+    let mut changes = resources(seed, &text)?;
+    changes.extend(deletes.into_iter().map(Change::Delete));
+    apply_shuffled(seed, &mut rng, &mut compiler, &mut dp, changes)?;
+    verify(seed, &after, &dp, &text)?;
+    // The incremental state equals a fresh compilation's.
+    let mut fresh = PolicyState::default();
+    fresh
+        .apply(&compiler.snapshot())
+        .map_err(|e| TestCaseError::fail(format!("seed {seed}: snapshot: {e}")))?;
+    verify(seed, &after, &fresh, &text)?;
     Ok(counts)
 }
 

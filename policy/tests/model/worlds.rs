@@ -47,7 +47,7 @@ fn cidr(s: &str) -> Cidr {
     Cidr(a.parse().expect("an address"), l.parse().expect("a length"))
 }
 
-fn labels(r: &mut Rng) -> Labels {
+pub fn labels(r: &mut Rng) -> Labels {
     let mut l = BTreeMap::new();
     for _ in 0..r.below(3) {
         l.insert(r.pick(&KEYS).to_owned(), r.pick(&VALUES).to_owned());
