@@ -517,3 +517,83 @@ spec:
     };
     assert!(matches!(dp.apply(&huge), Err(ApplyError::SetIdTooLarge(_))));
 }
+
+#[test]
+fn ipv6_endpoints_blocks_and_ip_version() {
+    let mut c = Compiler::new();
+    let mut dp = PolicyState::default();
+    let yaml = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: a, labels: {app: web}}
+spec:
+  containers: [{name: c, ports: [{name: http, containerPort: 8080}]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: cli, namespace: a, labels: {app: cli}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web, namespace: a}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: cli}}}]
+    ports: [{port: http}]
+  - from: [{ipBlock: {cidr: "fd00:99::/32", except: ["fd00:99:1::/48"]}}]
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: v4-only-ping}
+spec:
+  selector: app == "cli"
+  ingress:
+  - {action: Allow, ipVersion: 4, protocol: ICMP}
+  - {action: Allow, ipVersion: 6, protocol: ICMPv6, icmp: {type: 128}}
+"#;
+    let mut changes: Vec<Change> = parse_documents(yaml)
+        .unwrap()
+        .into_iter()
+        .map(Change::Apply)
+        .collect();
+    for (name, addrs) in [
+        ("web", ["10.0.0.1", "fd00::1"]),
+        ("cli", ["10.0.0.2", "fd00::2"]),
+    ] {
+        changes.push(Change::Endpoint(
+            EndpointKey::new("a", name),
+            Some(EndpointInfo {
+                addrs: addrs.iter().map(|a| ip(a)).collect(),
+                local: true,
+            }),
+        ));
+    }
+    dp.apply(&c.apply(changes)).unwrap();
+    let web = EndpointKey::new("a", "web");
+    let cli = EndpointKey::new("a", "cli");
+    let tcp = |s: &str, d: &str, port| Packet::ported(ip(s), ip(d), 6, 40000, port);
+    let ingress = |k: &EndpointKey, p: &Packet| dp.classify(k, Direction::Ingress, p).allow;
+    // cli → web on the named port, over IPv6 as over IPv4.
+    assert!(ingress(&web, &tcp("fd00::2", "fd00::1", 8080)));
+    assert!(ingress(&web, &tcp("10.0.0.2", "10.0.0.1", 8080)));
+    assert!(!ingress(&web, &tcp("fd00::2", "fd00::1", 80)));
+    // The IPv6 block, minus its exception.
+    assert!(ingress(&web, &tcp("fd00:99:2::5", "fd00::1", 1)));
+    assert!(!ingress(&web, &tcp("fd00:99:1::5", "fd00::1", 1)));
+    // An address that is no pod's does not match the pod selector.
+    assert!(!ingress(&web, &tcp("fd00:98::1", "fd00::1", 8080)));
+    // ipVersion and ICMPv6 type.
+    let icmp = |s: &str, d: &str, proto: u8, t: u8| Packet {
+        src: ip(s),
+        dst: ip(d),
+        protocol: proto,
+        src_port: 0,
+        dst_port: 0,
+        icmp: Some((t, 0)),
+    };
+    assert!(ingress(&cli, &icmp("10.0.0.1", "10.0.0.2", 1, 8)));
+    assert!(ingress(&cli, &icmp("fd00::1", "fd00::2", 58, 128)));
+    assert!(!ingress(&cli, &icmp("fd00::1", "fd00::2", 58, 129)));
+    assert!(!ingress(&cli, &icmp("fd00::1", "fd00::2", 1, 8)));
+}
