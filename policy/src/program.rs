@@ -209,6 +209,24 @@ impl Program {
             })
     }
 
+    /// The policy and rule index (in the policy's ingress or egress list)
+    /// of the rule at `tier`/`rule` of a chain: what a verdict's
+    /// `Decision::Rule` names, for per-rule counters and logs.
+    pub fn rule_of(
+        &self,
+        direction: Direction,
+        tier: u16,
+        rule: u32,
+    ) -> Option<(&PolicyName, u32)> {
+        let r = self
+            .chain(direction)
+            .tiers
+            .get(usize::from(tier))?
+            .rules
+            .get(rule as usize)?;
+        Some((self.policies.get(r.policy as usize)?, r.index))
+    }
+
     /// Number of rules, both directions.
     pub fn rule_count(&self) -> usize {
         [&self.ingress, &self.egress]

@@ -239,6 +239,16 @@ spec:
     );
     assert!(lab.allowed("10.0.1.1", "10.0.0.1", 6, 81));
     assert!(!lab.allowed("10.0.1.1", "10.0.0.1", 6, 82));
+    // The deciding rule, named for counters: security|security.guard rule 1.
+    let pkt = Packet::ported(ip("10.0.1.1"), ip("10.0.0.1"), 6, 1, 22);
+    let v = lab.dp.classify(&web, Direction::Ingress, &pkt);
+    let Decision::Rule { tier, rule } = v.decision else {
+        panic!("{v:?}")
+    };
+    let p = lab.c.program(&web).unwrap();
+    let (policy, index) = p.rule_of(Direction::Ingress, tier, rule).unwrap();
+    assert_eq!(policy.to_string(), "security|security.guard");
+    assert_eq!(index, 1);
     let p = lab.c.program(&web).unwrap();
     assert_eq!(
         p.ingress
