@@ -2,7 +2,9 @@
 //! crate's `Cargo.toml` declares (normal, dev, build, per target) must be
 //! named in that crate's Rust sources (`name::`, `use name`, `#[name::…]`,
 //! `extern crate name`), with `-` read as `_` and a renamed dependency by
-//! its key. Comments do not count. A dependency needed without being
+//! its key. Comments do not count. A normal dependency must be named
+//! outside `tests/`, `benches/` and `examples/`: one only they name belongs
+//! in `[dev-dependencies]` (it would otherwise be built into the release). A dependency needed without being
 //! named (a feature switch, a linked C library) is listed in the crate's
 //! `[package.metadata.unused-deps] ignore = ["name"]`, which says why it
 //! stays in a comment next to it.
@@ -42,11 +44,16 @@ pub fn find(root: &Path) -> Result<Vec<Unused>> {
         if deps.is_empty() {
             continue;
         }
-        let mut sources = String::new();
+        let mut sources = Sources::default();
         collect_sources(dir, dir, &mut sources)?;
         let rel = manifest.strip_prefix(root).unwrap_or(&manifest);
         for (dependency, table) in deps {
-            if !ignored.contains(&dependency) && !mentioned(&sources, &dependency) {
+            let named = if table == "dependencies" {
+                mentioned(&sources.product, &dependency)
+            } else {
+                mentioned(&sources.product, &dependency) || mentioned(&sources.tests, &dependency)
+            };
+            if !ignored.contains(&dependency) && !named {
                 unused.push(Unused {
                     manifest: rel.to_path_buf(),
                     dependency,
@@ -78,9 +85,18 @@ fn collect_manifests(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-/// The Rust sources of the crate at `krate`, comments removed; directories
-/// holding another crate are left to that crate.
-fn collect_sources(krate: &Path, dir: &Path, out: &mut String) -> Result<()> {
+/// A crate's Rust sources, comments removed.
+#[derive(Default)]
+struct Sources {
+    /// Everything but `tests/`, `benches/` and `examples/`.
+    product: String,
+    /// `tests/`, `benches/` and `examples/`.
+    tests: String,
+}
+
+/// The Rust sources of the crate at `krate`; directories holding another
+/// crate are left to that crate.
+fn collect_sources(krate: &Path, dir: &Path, out: &mut Sources) -> Result<()> {
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let entry = entry?;
         let path = entry.path();
@@ -92,6 +108,18 @@ fn collect_sources(krate: &Path, dir: &Path, out: &mut String) -> Result<()> {
         } else if name.ends_with(".rs") {
             let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("reading {}", path.display()))?;
+            let in_tests = path
+                .strip_prefix(krate)
+                .ok()
+                .and_then(|p| p.components().next())
+                .is_some_and(|c| {
+                    ["tests", "benches", "examples"].contains(&&*c.as_os_str().to_string_lossy())
+                });
+            let out = if in_tests {
+                &mut out.tests
+            } else {
+                &mut out.product
+            };
             for line in text.lines() {
                 out.push_str(line.split("//").next().unwrap_or(""));
                 out.push('\n');
@@ -239,6 +267,14 @@ notadep = "1"
         std::fs::write(
             dir.join("src/t.rs"),
             "#[cfg(test)] use tempfile::TempDir;\n",
+        )
+        .unwrap();
+        // A normal dependency named only by a test belongs in
+        // dev-dependencies: nix and futures stay unused.
+        std::fs::create_dir_all(dir.join("tests")).unwrap();
+        std::fs::write(
+            dir.join("tests/it.rs"),
+            "use nix::unistd;\nuse futures::Stream;\n",
         )
         .unwrap();
         let unused: Vec<String> = find(&dir)
