@@ -302,14 +302,16 @@ fn drops(n: u8) -> Vec<(String, u64)> {
 }
 
 /// Node 1's vrouter, every pod in place, no traffic: CPU over
-/// `cfg.density_idle_secs`, RSS, open fds, ports.
+/// `cfg.density_idle_secs` (after as long to settle), RSS, open fds, ports.
 fn idle(cfg: &LabConfig, report: &mut DensityReport) -> Result<()> {
     let pid: u32 = fs::read_to_string(state().join("n1-vrouter.pid"))?
         .trim()
         .parse()?;
     let secs = cfg.density_idle_secs.max(1);
-    // Let the probes' last replies and the ADDs' programming settle.
-    thread::sleep(Duration::from_millis(500));
+    // Let the probes' last replies, the ADDs' programming and the new
+    // pods' own start-up chatter (IPv6 router solicitations, DAD) settle:
+    // as long as the sample.
+    thread::sleep(Duration::from_secs(u64::from(secs)));
     let t0 = cpu_ticks(pid)?;
     let start = Instant::now();
     thread::sleep(Duration::from_secs(u64::from(secs)));

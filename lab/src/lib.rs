@@ -85,7 +85,8 @@ pub struct LabConfig {
     /// Extra pods added to node 1 by parallel ADDs, probed, measured and
     /// deleted (issue 17); 0 skips that step.
     pub density: u16,
-    /// Seconds over which the density step measures the idle vrouter.
+    /// Seconds over which the density step measures the idle vrouter
+    /// (after as many to settle).
     pub density_idle_secs: u32,
 }
 
