@@ -64,6 +64,35 @@ pub struct PodRef {
     pub infra_container_id: String,
 }
 
+/// What the pod's interface is, and so how the vrouter reaches the pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PodInterface {
+    /// A veth pair: the pod's frames come out of the host end
+    /// ([`Endpoint::host_ifname`]), where the vrouter takes them by AF_XDP.
+    #[default]
+    Veth,
+    /// A persistent multi-queue TAP with a virtio-net header, inside the
+    /// pod's netns and nowhere else ([`Endpoint::host_ifname`] is empty):
+    /// the vrouter attaches its queues by name and netns
+    /// (`brindle_xsk::Tap::attach`), one per worker.
+    Tap {
+        /// The pod's netns path (`CNI_NETNS`).
+        netns: String,
+        /// The TAP's name in that netns (`CNI_IFNAME`).
+        ifname: String,
+        /// The queues it was made with (the vrouter's workers).
+        queues: u16,
+    },
+}
+
+impl PodInterface {
+    /// Whether this is the default, a veth pair.
+    pub fn is_veth(&self) -> bool {
+        matches!(self, PodInterface::Veth)
+    }
+}
+
 /// A pod's attachment as the CNI plugin made it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
@@ -89,8 +118,12 @@ pub struct Endpoint {
     /// for which the vrouter answers ARP / neighbour solicitations.
     #[serde(default)]
     pub gateways: Vec<IpAddr>,
-    /// The MTU of both veth ends.
+    /// The MTU of both veth ends (of the TAP).
     pub mtu: u32,
+    /// The kind of the pod's interface; absent (veth) in records and
+    /// requests from before TAP pods.
+    #[serde(default, skip_serializing_if = "PodInterface::is_veth")]
+    pub interface: PodInterface,
 }
 
 /// A request from the CNI plugin to the node daemon.
@@ -215,6 +248,7 @@ mod tests {
             ips: vec!["10.1.0.5/32".parse().unwrap()],
             gateways: vec!["169.254.1.1".parse().unwrap()],
             mtu: 1480,
+            interface: PodInterface::Veth,
         };
         let req = EndpointRequest::AddEndpoint {
             endpoint: Box::new(ep.clone()),
@@ -223,5 +257,23 @@ mod tests {
         assert!(line.starts_with(r#"{"op":"add_endpoint","endpoint":"#));
         let back: EndpointRequest = serde_json::from_str(&line).unwrap();
         assert_eq!(back, req);
+        assert!(!line.contains("interface"), "a veth endpoint is as before");
+
+        let tap = Endpoint {
+            host_ifname: String::new(),
+            host_ifindex: 0,
+            interface: PodInterface::Tap {
+                netns: "/var/run/netns/x".into(),
+                ifname: "eth0".into(),
+                queues: 2,
+            },
+            ..ep
+        };
+        let value = serde_json::to_value(&tap).unwrap();
+        assert_eq!(
+            value["interface"],
+            json!({"kind":"tap","netns":"/var/run/netns/x","ifname":"eth0","queues":2})
+        );
+        assert_eq!(serde_json::from_value::<Endpoint>(value).unwrap(), tap);
     }
 }

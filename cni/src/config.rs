@@ -33,6 +33,21 @@ impl Encapsulation {
     }
 }
 
+/// What `CNI_IFNAME` becomes in the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum InterfaceKind {
+    /// A veth pair; the host end is the vrouter's port (AF_XDP).
+    #[default]
+    Veth,
+    /// A persistent multi-queue TAP with a virtio-net header and offloads,
+    /// only in the pod's netns; the vrouter attaches its queues by name.
+    Tap,
+}
+
+/// Most queues a TAP takes (the kernel's `MAX_TAP_QUEUES`).
+pub const MAX_TAP_QUEUES: u16 = 256;
+
 /// The `brindle` plugin's settings.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
@@ -47,6 +62,11 @@ pub struct BrindleConfig {
     pub uplink_interface: Option<String>,
     /// The node daemon's socket.
     pub ctrl_socket: PathBuf,
+    /// The pod's interface: `veth` (default) or `tap`.
+    pub interface_kind: InterfaceKind,
+    /// Queues of a `tap` pod interface: the vrouter's worker count
+    /// (1..=256).
+    pub tap_queues: u16,
     /// Whether ADD fails (code 11) when the node daemon cannot be reached.
     /// `true` by default, as Calico fails ADD while calico-node is not
     /// ready: a pod whose endpoint the dataplane does not know has no
@@ -67,6 +87,8 @@ impl Default for BrindleConfig {
             encapsulation: Encapsulation::default(),
             uplink_interface: None,
             ctrl_socket: PathBuf::from(brindle_api::CTRL_SOCKET),
+            interface_kind: InterfaceKind::default(),
+            tap_queues: 1,
             require_daemon: true,
             daemon_timeout_ms: 2000,
             log_level: "info".to_string(),
@@ -87,6 +109,13 @@ impl BrindleConfig {
                 CniError::invalid_config(format!("mtu {mtu} is outside 576..=65535"))
                     .in_version(&conf.cni_version),
             );
+        }
+        if !(1..=MAX_TAP_QUEUES).contains(&cfg.tap_queues) {
+            return Err(CniError::invalid_config(format!(
+                "tapQueues {} is outside 1..={MAX_TAP_QUEUES}",
+                cfg.tap_queues
+            ))
+            .in_version(&conf.cni_version));
         }
         if conf.ipam.is_none() {
             return Err(
@@ -145,6 +174,13 @@ mod tests {
         assert_eq!(cfg.uplink_interface.as_deref(), Some("eth1"));
         assert!(!cfg.require_daemon);
         assert_eq!(cfg.daemon_timeout(), Duration::from_millis(10));
+        assert_eq!(cfg.interface_kind, InterfaceKind::Veth);
+        let cfg =
+            BrindleConfig::from_conf(&conf(r#","interfaceKind":"tap","tapQueues":2"#)).unwrap();
+        assert_eq!(
+            (cfg.interface_kind, cfg.tap_queues),
+            (InterfaceKind::Tap, 2)
+        );
     }
 
     #[test]
@@ -164,6 +200,9 @@ mod tests {
             r#","mtu":10"#,
             r#","encapsulation":"gre""#,
             r#","requireDaemon":"yes""#,
+            r#","interfaceKind":"macvlan""#,
+            r#","tapQueues":0"#,
+            r#","tapQueues":257"#,
         ] {
             let e = BrindleConfig::from_conf(&conf(extra)).unwrap_err();
             assert_eq!(e.code.0, 7, "{extra}");

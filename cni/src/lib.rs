@@ -7,6 +7,7 @@
 //! - [`delegate`]: exec of the IPAM plugin, as the spec describes.
 //! - [`netlink`] and [`netns`]: a blocking rtnetlink client, and how a
 //!   socket inside a pod's netns is opened without moving our own thread.
+//! - [`tap`]: the `tap` pod interface (`interfaceKind: tap`).
 //! - [`daemon`]: the node daemon's endpoint API.
 //! - [`conflist`]: the one conflist template.
 #![forbid(unsafe_code)]
@@ -19,3 +20,4 @@ pub mod ifname;
 pub mod netlink;
 pub mod netns;
 pub mod plugin;
+pub mod tap;

@@ -9,14 +9,14 @@ use brindle_api::cni::{
     CniError, CniResult, Command, ErrorCode, Interface, IpConfig, Plugin, Request, Route,
 };
 use brindle_api::endpoint::{
-    DaemonStatus, Deleted, Endpoint, EndpointKey, EndpointRequest, GcReport, PodRef,
+    DaemonStatus, Deleted, Endpoint, EndpointKey, EndpointRequest, GcReport, PodInterface, PodRef,
 };
 use brindle_api::framing::PROTOCOL_VERSION;
 use ipnet::IpNet;
 use rtnetlink::packet_route::route::RouteScope;
 use tracing::{debug, info, info_span, warn};
 
-use crate::config::BrindleConfig;
+use crate::config::{BrindleConfig, InterfaceKind};
 use crate::daemon::{Daemon, DaemonError};
 use crate::delegate;
 use crate::ifname::{host_ifname, is_host_ifname};
@@ -46,11 +46,11 @@ pub const CODE_CHECK_FAILED: ErrorCode = ErrorCode(101);
 #[derive(Debug, Default)]
 pub struct Brindle;
 
-fn nl(what: &str) -> impl Fn(NetlinkError) -> CniError + '_ {
+pub(crate) fn nl(what: &str) -> impl Fn(NetlinkError) -> CniError + '_ {
     move |e| CniError::io(what.to_string(), e)
 }
 
-fn key_of(req: &Request) -> EndpointKey {
+pub(crate) fn key_of(req: &Request) -> EndpointKey {
     EndpointKey {
         network: req.conf.name.clone(),
         container_id: req.env.container_id.clone(),
@@ -58,7 +58,7 @@ fn key_of(req: &Request) -> EndpointKey {
     }
 }
 
-fn pod_ref(req: &Request) -> PodRef {
+pub(crate) fn pod_ref(req: &Request) -> PodRef {
     let a = &req.env.args;
     PodRef {
         namespace: a.pod_namespace().unwrap_or_default().to_string(),
@@ -68,12 +68,12 @@ fn pod_ref(req: &Request) -> PodRef {
     }
 }
 
-fn daemon_of(cfg: &BrindleConfig) -> Daemon {
+pub(crate) fn daemon_of(cfg: &BrindleConfig) -> Daemon {
     Daemon::new(cfg.ctrl_socket.clone(), cfg.daemon_timeout())
 }
 
 /// The address as the pod holds it: a host prefix (/32 or /128).
-fn host_prefix(ip: IpAddr) -> IpNet {
+pub(crate) fn host_prefix(ip: IpAddr) -> IpNet {
     IpNet::from(ip)
 }
 
@@ -147,6 +147,74 @@ struct Built {
     mtu: u32,
 }
 
+/// The pod's addresses from the IPAM result, as host prefixes.
+pub(crate) fn pod_ips(ipam: &CniResult) -> Vec<IpNet> {
+    ipam.ips
+        .iter()
+        .map(|c| host_prefix(c.address.addr()))
+        .collect()
+}
+
+/// The pod side, whatever the interface kind: the addresses on
+/// `pod_link`, the link up, the route to 169.254.1.1 and the default
+/// routes through the gateways. Returns the gateways.
+pub(crate) fn configure_pod(
+    pod: &mut Netlink,
+    pod_link: &Link,
+    ips: &[IpNet],
+) -> Result<Vec<IpAddr>, CniError> {
+    for ip in ips {
+        pod.add_address(pod_link.index, *ip)
+            .map_err(nl("adding the pod address"))?;
+    }
+    pod.set_up(pod_link.index)
+        .map_err(nl("bringing the pod interface up"))?;
+    let mut gateways = Vec::new();
+    if ips.iter().any(|i| i.addr().is_ipv4()) {
+        pod.add_route(
+            host_prefix(GATEWAY_V4.into()),
+            None,
+            pod_link.index,
+            RouteScope::Link,
+        )
+        .map_err(nl("adding the gateway route"))?;
+        pod.add_route(
+            "0.0.0.0/0".parse().unwrap_or_default(),
+            Some(GATEWAY_V4.into()),
+            pod_link.index,
+            RouteScope::Universe,
+        )
+        .map_err(nl("adding the default route"))?;
+        gateways.push(IpAddr::V4(GATEWAY_V4));
+    }
+    if ips.iter().any(|i| i.addr().is_ipv6()) {
+        pod.add_route(
+            IpNet::V6(Default::default()),
+            Some(GATEWAY_V6.into()),
+            pod_link.index,
+            RouteScope::Universe,
+        )
+        .map_err(nl("adding the IPv6 default route"))?;
+        gateways.push(IpAddr::V6(GATEWAY_V6));
+    }
+    Ok(gateways)
+}
+
+/// Tells the daemon the endpoint (ADD); unreachable is an error unless
+/// `requireDaemon` is false.
+pub(crate) fn register(cfg: &BrindleConfig, endpoint: Endpoint) -> Result<(), CniError> {
+    match daemon_of(cfg).call::<Endpoint>(&EndpointRequest::AddEndpoint {
+        endpoint: Box::new(endpoint),
+    }) {
+        Ok(_) => Ok(()),
+        Err(e @ DaemonError::Unreachable { .. }) if !cfg.require_daemon => {
+            warn!(error = %e, "node daemon unreachable; endpoint not registered (requireDaemon=false)");
+            Ok(())
+        }
+        Err(e) => Err(e.to_cni()),
+    }
+}
+
 /// The netlink part of ADD, after IPAM.
 fn build(
     req: &Request,
@@ -190,45 +258,8 @@ fn build(
         .link_by_name(ifname)
         .map_err(nl("reading the pod interface"))?
         .ok_or_else(|| CniError::io("reading the pod interface", "not in the pod netns"))?;
-    let ips: Vec<IpNet> = ipam
-        .ips
-        .iter()
-        .map(|c| host_prefix(c.address.addr()))
-        .collect();
-    for ip in &ips {
-        pod.add_address(pod_link.index, *ip)
-            .map_err(nl("adding the pod address"))?;
-    }
-    pod.set_up(pod_link.index)
-        .map_err(nl("bringing the pod interface up"))?;
-    let mut gateways = Vec::new();
-    if ips.iter().any(|i| i.addr().is_ipv4()) {
-        pod.add_route(
-            host_prefix(GATEWAY_V4.into()),
-            None,
-            pod_link.index,
-            RouteScope::Link,
-        )
-        .map_err(nl("adding the gateway route"))?;
-        pod.add_route(
-            "0.0.0.0/0".parse().unwrap_or_default(),
-            Some(GATEWAY_V4.into()),
-            pod_link.index,
-            RouteScope::Universe,
-        )
-        .map_err(nl("adding the default route"))?;
-        gateways.push(IpAddr::V4(GATEWAY_V4));
-    }
-    if ips.iter().any(|i| i.addr().is_ipv6()) {
-        pod.add_route(
-            IpNet::V6(Default::default()),
-            Some(GATEWAY_V6.into()),
-            pod_link.index,
-            RouteScope::Universe,
-        )
-        .map_err(nl("adding the IPv6 default route"))?;
-        gateways.push(IpAddr::V6(GATEWAY_V6));
-    }
+    let ips = pod_ips(ipam);
+    let gateways = configure_pod(pod, &pod_link, &ips)?;
     for ip in &ips {
         // Replace, not add: a released address can be handed out again
         // while the veth of its previous pod is still being torn down; the
@@ -360,7 +391,9 @@ fn del_links_and_endpoint(
     {
         let removed =
             netns::netlink_in(&ns).and_then(|mut p| match p.link_by_name(&req.env.ifname)? {
-                Some(l) if l.kind.as_deref() == Some("veth") => p.delete_link(l.index),
+                Some(l) if matches!(l.kind.as_deref(), Some("veth" | "tun")) => {
+                    p.delete_link(l.index)
+                }
                 _ => Ok(()),
             });
         if let Err(e) = removed {
@@ -397,6 +430,9 @@ impl Plugin for Brindle {
             Some(m) => m,
             None => cfg.derived_mtu(uplink_mtu(&mut host, &cfg)?),
         };
+        if cfg.interface_kind == InterfaceKind::Tap {
+            return crate::tap::add(req, &cfg, &netns, &mut pod, mtu);
+        }
         // Armed before IPAM: an IPAM plugin that allocated but answered
         // something we cannot use must still release (IPAM DEL is
         // idempotent, and a host end with our name can only be ours).
@@ -423,16 +459,9 @@ impl Plugin for Brindle {
             ips: built.ips.clone(),
             gateways: built.gateways.clone(),
             mtu,
+            interface: PodInterface::Veth,
         };
-        match daemon_of(&cfg).call::<Endpoint>(&EndpointRequest::AddEndpoint {
-            endpoint: Box::new(endpoint),
-        }) {
-            Ok(_) => {}
-            Err(e @ DaemonError::Unreachable { .. }) if !cfg.require_daemon => {
-                warn!(error = %e, "node daemon unreachable; endpoint not registered (requireDaemon=false)");
-            }
-            Err(e) => return Err(e.to_cni()),
-        }
+        register(&cfg, endpoint)?;
         rollback.armed = false;
         info!(handle = %key.handle(), host_ifname = %host_name, ips = ?built.ips, mtu, "ADD done");
         Ok(result_of(req, &built, &ipam))
@@ -566,26 +595,32 @@ impl Plugin for Brindle {
             }
         }
 
-        match host
-            .link_by_name(&host_name)
-            .map_err(nl("reading the host veth"))?
-        {
-            None => diffs.push(format!("host veth {host_name} is missing")),
-            Some(h) => {
-                if !h.up {
-                    diffs.push(format!("host veth {host_name} is down"));
-                }
-                let mut routes = host.routes(false).map_err(nl("reading host routes"))?;
-                routes.extend(host.routes(true).map_err(nl("reading host routes"))?);
-                for ip in &expected_ips {
-                    let host_route = host_prefix(ip.addr());
-                    if !routes
-                        .iter()
-                        .any(|r| r.dst == host_route && r.oif == Some(h.index))
-                    {
-                        diffs.push(format!(
-                            "host route {host_route} dev {host_name} is missing"
-                        ));
+        let tap = cfg.interface_kind == InterfaceKind::Tap;
+        if tap {
+            crate::tap::check_links(&mut host, &host_name, pod_link.as_ref(), ifname, &mut diffs)
+                .map_err(nl("reading the links"))?;
+        } else {
+            match host
+                .link_by_name(&host_name)
+                .map_err(nl("reading the host veth"))?
+            {
+                None => diffs.push(format!("host veth {host_name} is missing")),
+                Some(h) => {
+                    if !h.up {
+                        diffs.push(format!("host veth {host_name} is down"));
+                    }
+                    let mut routes = host.routes(false).map_err(nl("reading host routes"))?;
+                    routes.extend(host.routes(true).map_err(nl("reading host routes"))?);
+                    for ip in &expected_ips {
+                        let host_route = host_prefix(ip.addr());
+                        if !routes
+                            .iter()
+                            .any(|r| r.dst == host_route && r.oif == Some(h.index))
+                        {
+                            diffs.push(format!(
+                                "host route {host_route} dev {host_name} is missing"
+                            ));
+                        }
                     }
                 }
             }
@@ -599,7 +634,18 @@ impl Plugin for Brindle {
                         "node daemon records addresses {recorded:?}, prevResult has {expected_ips:?}"
                     ));
                 }
-                if ep.host_ifname != host_name {
+                let expected = if tap {
+                    crate::tap::interface_of(req, &cfg)
+                } else {
+                    PodInterface::Veth
+                };
+                if ep.interface != expected {
+                    diffs.push(format!(
+                        "node daemon records interface {:?}, expected {expected:?}",
+                        ep.interface
+                    ));
+                }
+                if !tap && ep.host_ifname != host_name {
                     diffs.push(format!(
                         "node daemon records host veth {}, expected {host_name}",
                         ep.host_ifname

@@ -120,6 +120,7 @@ fn pod(address: &str) -> Endpoint {
         ips: vec![address.parse().unwrap()],
         gateways: vec!["169.254.1.1".parse().unwrap()],
         mtu: 1480,
+        interface: Default::default(),
     }
 }
 

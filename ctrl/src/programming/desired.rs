@@ -174,6 +174,7 @@ pub(crate) mod tests {
             ips: vec![ip.parse().unwrap()],
             gateways: vec!["169.254.1.1".parse().unwrap()],
             mtu: 1480,
+            interface: Default::default(),
         }
     }
 

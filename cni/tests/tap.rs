@@ -1,0 +1,269 @@
+//! Root integration tests of the `tap` pod interface, through the real CNI
+//! exec protocol (the built `brindle` binary in a "host" netns, Debian's
+//! `host-local`, a stand-in daemon): ADD makes a persistent multi-queue
+//! TAP in the pod with its addresses and routes and nothing on the host,
+//! the vrouter's side can attach its queues by name and sees the pod's
+//! frames, CHECK checks it, DEL removes it (again, and with the netns
+//! gone).
+//!
+//! Run: `cargo test -p brindle-cni --test tap -- --include-ignored` (root).
+
+mod common;
+
+use std::fs::File;
+use std::io::ErrorKind;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use brindle_api::endpoint::{EndpointRequest, PodInterface};
+use brindle_cni::conflist::{ConflistParams, render};
+use brindle_xsk::{Tap, TapConfig, VNET_HDR_LEN};
+use common::*;
+use serde_json::{Map, Value, json};
+
+struct World {
+    host: HostNs,
+    cni_path: CniPath,
+    ipam_dir: tempfile::TempDir,
+    daemon: StandInDaemon,
+    network: String,
+}
+
+impl World {
+    fn new() -> Result<World> {
+        Ok(World {
+            host: HostNs::new(1500)?,
+            cni_path: CniPath::new()?,
+            ipam_dir: tempfile::tempdir()?,
+            daemon: StandInDaemon::start()?,
+            network: unique("net"),
+        })
+    }
+
+    /// A dual-stack TAP conf with two queues.
+    fn conf(&self) -> Result<Value> {
+        let mut ipam = host_local(self.ipam_dir.path(), "10.79.0.0/24", None);
+        ipam["ranges"] = json!([[{"subnet": "10.79.0.0/24"}], [{"subnet": "fd00:79::/120"}]]);
+        let list = render(&ConflistParams {
+            cni_version: "1.0.0".into(),
+            network_name: self.network.clone(),
+            mtu: 1400,
+            encapsulation: "ipip".into(),
+            ctrl_socket: self.daemon.path.display().to_string(),
+            require_daemon: true,
+            ipam,
+        })?;
+        let mut conf = list
+            .plugin_conf(0, &Map::new(), None)
+            .context("no first plugin")?;
+        conf["interfaceKind"] = json!("tap");
+        conf["tapQueues"] = json!(2);
+        Ok(conf)
+    }
+
+    fn run(&self, command: &str, pod: &Netns, conf: &Value) -> Result<Exec> {
+        let inv = Invocation::new(command, "c1", &pod.path(), &self.cni_path.value());
+        exec_plugin(&self.host, &brindle(), &inv, conf)
+    }
+
+    fn host_links(&self) -> Result<Vec<String>> {
+        let links = self.host.ns.ip_json(&["link", "show"])?;
+        Ok(links
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["ifname"].as_str().map(str::to_string))
+            .collect())
+    }
+}
+
+fn with_prev(conf: &Value, prev: &Value) -> Value {
+    let mut c = conf.clone();
+    c["prevResult"] = prev.clone();
+    c
+}
+
+fn has_route(routes: &Value, dst: &str, gw: Option<&str>) -> bool {
+    routes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| r["dst"] == dst && r["dev"] == "eth0" && gw.is_none_or(|g| r["gateway"] == g))
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn tap_add_makes_a_persistent_multiqueue_tap_in_the_pod_and_nothing_on_the_host() -> Result<()> {
+    let w = World::new()?;
+    let pod = Netns::new("bct")?;
+    let conf = w.conf()?;
+    let host_before = w.host_links()?;
+    let result = w.run("ADD", &pod, &conf)?.ok()?.clone();
+
+    // The result: one interface, in the sandbox; the addresses on it.
+    let ifaces = result["interfaces"].as_array().context("interfaces")?;
+    assert_eq!(ifaces.len(), 1, "{result}");
+    assert_eq!(ifaces[0]["name"], "eth0");
+    assert_eq!(ifaces[0]["sandbox"], pod.path());
+    let ips: Vec<&str> = result["ips"]
+        .as_array()
+        .context("ips")?
+        .iter()
+        .map(|i| i["address"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        ips.iter()
+            .any(|a| a.starts_with("10.79.0.") && a.ends_with("/32")),
+        "{ips:?}"
+    );
+    assert!(
+        ips.iter()
+            .any(|a| a.starts_with("fd00:79::") && a.ends_with("/128")),
+        "{ips:?}"
+    );
+    assert!(
+        result["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["interface"] == 0)
+    );
+
+    // In the pod: a TAP with a virtio-net header, multi-queue, persistent,
+    // the MTU, up, the addresses and routes.
+    let eth0 = &pod.ip_json(&["-d", "link", "show", "dev", "eth0"])?[0];
+    let info = &eth0["linkinfo"];
+    assert_eq!(info["info_kind"], "tun", "{eth0}");
+    assert_eq!(info["info_data"]["type"], "tap", "{eth0}");
+    assert_eq!(info["info_data"]["vnet_hdr"], true, "{eth0}");
+    assert_eq!(info["info_data"]["multi_queue"], true, "{eth0}");
+    assert_eq!(info["info_data"]["persist"], true, "{eth0}");
+    assert_eq!(info["info_data"]["pi"], false, "{eth0}");
+    assert_eq!(eth0["mtu"], 1400);
+    assert_eq!(eth0["address"], ifaces[0]["mac"]);
+    assert!(
+        eth0["flags"].as_array().unwrap().iter().any(|f| f == "UP"),
+        "{eth0}"
+    );
+    let addrs = pod.ip_json(&["addr", "show", "dev", "eth0", "scope", "global"])?;
+    let have: Vec<String> = addrs[0]["addr_info"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            format!(
+                "{}/{}",
+                a["local"].as_str().unwrap_or_default(),
+                a["prefixlen"]
+            )
+        })
+        .collect();
+    for ip in &ips {
+        assert!(have.iter().any(|h| h == ip), "{ip} not in {have:?}");
+    }
+    let r4 = pod.ip_json(&["-4", "route", "show"])?;
+    assert!(has_route(&r4, "default", Some("169.254.1.1")), "{r4}");
+    assert!(has_route(&r4, "169.254.1.1", None), "{r4}");
+    let r6 = pod.ip_json(&["-6", "route", "show", "default"])?;
+    assert!(
+        has_route(&r6, "default", Some("fe80::ecee:eeff:feee:eeee")),
+        "{r6}"
+    );
+
+    // Nothing on the host.
+    assert_eq!(w.host_links()?, host_before);
+
+    // The daemon heard the TAP, by netns and name.
+    let got = w.daemon.received();
+    let Some(EndpointRequest::AddEndpoint { endpoint }) = got.first() else {
+        panic!("daemon got {got:?}");
+    };
+    assert_eq!(
+        endpoint.interface,
+        PodInterface::Tap {
+            netns: pod.path(),
+            ifname: "eth0".into(),
+            queues: 2
+        }
+    );
+    assert!(endpoint.host_ifname.is_empty());
+    assert_eq!(endpoint.mtu, 1400);
+    assert_eq!(endpoint.pod_mac, ifaces[0]["mac"].as_str().unwrap());
+
+    // The vrouter's side: attach both queues by name and netns; the pod's
+    // first packet out asks for its gateway's MAC on one of them.
+    let ns_file = File::open(pod.path())?;
+    let tap = Tap::attach(
+        Some(ns_file.as_fd()),
+        "eth0",
+        2,
+        TapConfig::pod("eth0").offloads,
+    )?;
+    let _ = pod.exec(&["ping", "-c", "1", "-W", "1", "192.0.2.77"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut buf = vec![0u8; 70000];
+    let arp = 'found: loop {
+        for q in tap.queues() {
+            match q.read(&mut buf) {
+                Ok(n) => {
+                    let f = &buf[VNET_HDR_LEN..n];
+                    // ARP request for 169.254.1.1.
+                    if f.len() >= 42 && f[12..14] == [0x08, 0x06] && f[38..42] == [169, 254, 1, 1] {
+                        break 'found f.to_vec();
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no ARP request for the gateway on the TAP"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(&arp[0..6], &[0xff; 6]);
+    drop(tap);
+
+    // CHECK agrees; a removed route is reported; the device stays after
+    // the vrouter's queues closed (persistent).
+    let check_conf = with_prev(&conf, &result);
+    w.run("CHECK", &pod, &check_conf)?.ok()?;
+    pod.ip(&["route", "del", "default"])?;
+    let check = w.run("CHECK", &pod, &check_conf)?;
+    assert_eq!(check.err_code(), Some(101), "{check:?}");
+
+    // DEL removes the TAP, the allocation and the record; again is fine.
+    w.run("DEL", &pod, &check_conf)?.ok()?;
+    assert_eq!(
+        pod.ip_json(&["link", "show"])?.as_array().map(Vec::len),
+        Some(1)
+    );
+    assert!(allocations(w.ipam_dir.path(), &w.network).is_empty());
+    assert!(w.daemon.endpoints().is_empty());
+    w.run("DEL", &pod, &conf)?.ok()?;
+    assert_eq!(w.host_links()?, host_before);
+    Ok(())
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn tap_del_succeeds_with_the_netns_gone_and_a_second_add_is_refused() -> Result<()> {
+    let w = World::new()?;
+    let pod = Netns::new("bct")?;
+    let conf = w.conf()?;
+    let host_before = w.host_links()?;
+    let result = w.run("ADD", &pod, &conf)?.ok()?.clone();
+    // ADD again for an interface that exists: refused, the first intact.
+    let again = w.run("ADD", &pod, &conf)?;
+    assert_eq!(again.err_code(), Some(100), "{again:?}");
+    let check_conf = with_prev(&conf, &result);
+    w.run("CHECK", &pod, &check_conf)?.ok()?;
+    // The runtime removes the netns first: the TAP goes with it.
+    pod.delete()?;
+    w.run("DEL", &pod, &conf)?.ok()?;
+    assert!(allocations(w.ipam_dir.path(), &w.network).is_empty());
+    assert_eq!(w.host_links()?, host_before);
+    Ok(())
+}
