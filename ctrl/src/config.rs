@@ -124,6 +124,10 @@ pub struct DatastoreConfig {
     pub etcd_key_file: String,
     /// Key prefix.
     pub prefix: String,
+    /// `[datastore.kubernetes]`: the Kubernetes API as the source of pods,
+    /// nodes, namespaces and network policies (IPAM stays in this
+    /// datastore).
+    pub kubernetes: brindle_kube::KubeConfig,
 }
 
 /// `[bgp]`.
@@ -296,6 +300,7 @@ impl Default for DatastoreConfig {
             etcd_cert_file: String::new(),
             etcd_key_file: String::new(),
             prefix: "/brindle/".into(),
+            kubernetes: brindle_kube::KubeConfig::default(),
         }
     }
 }
@@ -642,6 +647,10 @@ impl Config {
                 );
             }
         }
+        self.datastore
+            .kubernetes
+            .validate()
+            .map_err(ConfigError::Invalid)?;
         Ok(Validated {
             node_name,
             node_address,
@@ -993,5 +1002,31 @@ mod tests {
         // The old key names are still read.
         let old = load("[datastore]\nca_file = \"/a\"\n", &[], &[]).unwrap();
         assert_eq!(old.datastore.etcd_ca_file, "/a");
+    }
+
+    #[test]
+    fn the_kubernetes_section_is_read_from_the_file_and_the_environment() {
+        let c = load(
+            "[datastore.kubernetes]\nenabled = true\n",
+            &[(
+                "BRINDLE_DATASTORE_KUBERNETES_KUBECONFIG",
+                "/nonexistent/kubeconfig",
+            )],
+            &[],
+        )
+        .unwrap();
+        assert!(c.datastore.kubernetes.enabled);
+        assert_eq!(c.datastore.kubernetes.kubeconfig, "/nonexistent/kubeconfig");
+        let mut g = good();
+        g.datastore.kubernetes = c.datastore.kubernetes;
+        assert_eq!(
+            error_of(g.clone()),
+            "invalid configuration: datastore.kubernetes.kubeconfig \"/nonexistent/kubeconfig\": no such file"
+        );
+        // Empty: the in-cluster service account, nothing to check here.
+        g.datastore.kubernetes.kubeconfig = String::new();
+        g.validate().unwrap();
+        let e = load("[datastore.kubernetes]\nenable = true\n", &[], &[]).unwrap_err();
+        assert!(e.to_string().contains("enable"), "{e}");
     }
 }

@@ -27,3 +27,6 @@ pub use config::KubeConfig;
 pub use event::{Feed, KubeEvent, NodeInfo};
 pub use source::{ResourceSource, StaticSource};
 pub use watch::{Counters, run};
+// The resource types the events carry, for users that do not depend on
+// brindle-policy themselves.
+pub use brindle_policy::resource::{Kind, Resource, ResourceKey};

@@ -51,6 +51,9 @@ pub enum Event {
     Reload(Result<Box<(Config, Validated)>, String>),
     /// SIGTERM or SIGINT.
     Shutdown,
+    /// A net change of the cluster from the Kubernetes API
+    /// ([`super::kube_task`]).
+    Kube(Box<brindle_kube::KubeEvent>),
 }
 
 impl From<RouteChange> for Event {

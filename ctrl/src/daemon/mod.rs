@@ -9,7 +9,7 @@
 //!   the speaker's route changes, the netlink watchers (neighbours,
 //!   gateway), the datastore thread's views, the executor's reachability
 //!   reports, `ctrl.sock` (endpoint changes, `ctrl_*` queries), signals
-//!   (reload, shutdown).
+//!   (reload, shutdown), the Kubernetes API's watchers ([`kube_task`]).
 //! - Every output is an [`Effect`] value handed to its applier: vrouter
 //!   programming to the executor thread ([`crate::programming`], with its
 //!   recording fake), BGP commands to the speaker task, datastore requests
@@ -30,6 +30,7 @@
 
 pub mod effect;
 pub mod event;
+pub mod kube_task;
 pub mod owner;
 pub mod tasks;
 
@@ -286,6 +287,13 @@ pub fn run_with_reload(
         Child::spawn(tasks::signals(events.clone(), reload)),
         Child::spawn(tasks::follow_neighbors(v.uplink.clone(), events.clone())),
     ];
+    if config.datastore.kubernetes.enabled {
+        children.push(Child::spawn(kube_task::watch(
+            config.datastore.kubernetes.clone(),
+            Arc::new(brindle_kube::Counters::default()),
+            events.clone(),
+        )));
+    }
     if v.underlay_gateway.is_none() {
         children.push(Child::spawn(tasks::follow_gateway(
             v.uplink.clone(),

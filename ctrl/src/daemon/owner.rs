@@ -81,6 +81,11 @@ pub struct Owner {
     /// When the next pass is due (ms since the Unix epoch, from the
     /// datastore views); 0: at the first good view.
     next_gc_ms: u64,
+
+    // ----- the Kubernetes API -----
+    /// The cluster as the Kubernetes source reported it (`None` without
+    /// `[datastore.kubernetes]`).
+    cluster: Option<brindle_kube::Cluster>,
 }
 
 /// An internal error as a reply.
@@ -113,6 +118,11 @@ impl Owner {
         metrics: Arc<Metrics>,
         pools: Vec<PoolRouting>,
     ) -> Self {
+        let config_cluster = config
+            .datastore
+            .kubernetes
+            .enabled
+            .then(|| brindle_kube::Cluster::new(v.node_name.clone()));
         let underlay = Underlay {
             uplink: v.uplink.clone(),
             subnet: v.underlay_subnet,
@@ -138,6 +148,7 @@ impl Owner {
             health: Health::default(),
             stopping: false,
             next_gc_ms: 0,
+            cluster: config_cluster,
         }
     }
 
@@ -208,6 +219,12 @@ impl Owner {
             }
             Event::Query(request, reply) => self.query(request, reply, out),
             Event::Reload(result) => self.reload(result, out),
+            Event::Kube(e) => {
+                debug!(event = ?e, "kubernetes");
+                if let Some(cluster) = &mut self.cluster {
+                    cluster.apply(&e);
+                }
+            }
             Event::Shutdown => {
                 info!("shutting down: withdrawing our routes");
                 self.stopping = true;
@@ -328,17 +345,25 @@ impl Owner {
             .values()
             .map(|ep| (ep.key.container_id.clone(), ep.key.ifname.clone()))
             .collect();
+        // A node the Kubernetes API deleted is not live, whatever its
+        // lease says.
+        let deleted = |name: &str| {
+            self.cluster
+                .as_ref()
+                .and_then(|c| c.node_deleted(name))
+                .unwrap_or(false)
+        };
         let live_nodes = nodes
             .iter()
-            .filter(|n| n.is_live(now_ms))
+            .filter(|n| n.is_live(now_ms) && !deleted(&n.name))
             .map(|n| n.name.clone())
             .chain(std::iter::once(self.v.node_name.clone()))
             .collect();
         out.push(Effect::Datastore(DatastoreRequest::IpamGc(GcPass {
             endpoints,
-            // No pod source yet: the endpoints decide (see NOTES: the
-            // Kubernetes source will give the pods here).
-            pods: None,
+            // The pods that exist, once the Kubernetes API listed them;
+            // `None` (no source, or not listed yet): the endpoints decide.
+            pods: self.cluster.as_ref().and_then(|c| c.pods().cloned()),
             live_nodes,
             now_ms,
         })));

@@ -648,3 +648,54 @@ fn no_ipam_gc_on_a_view_with_a_failed_read() {
     v.heartbeat_ok = false;
     assert!(gc_passes(&run(&mut o, Event::Datastore(v))).is_empty());
 }
+
+#[test]
+fn with_the_kubernetes_source_gc_gets_the_pods_once_listed_and_deleted_nodes_are_not_live() {
+    use brindle_kube::{Feed, KubeEvent, NodeInfo, Resource};
+    let mut config = Config::default();
+    config.ipam.gc_interval_secs = 60;
+    config.datastore.kubernetes.enabled = true;
+    let mut o = owner_with_config(config, validated(None));
+    let pod = Resource::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "shop"}}))
+    .unwrap();
+    let n1 = NodeInfo {
+        name: "n1".into(),
+        labels: Default::default(),
+        internal_ips: vec![IpAddr::V4(ME)],
+        external_ips: vec![],
+        pod_cidrs: vec![],
+    };
+    // Listed but not done: no pod source yet, and every node still counts.
+    for e in [KubeEvent::Apply(pod), KubeEvent::NodeApply(n1)] {
+        assert!(run(&mut o, Event::Kube(Box::new(e))).is_empty());
+    }
+    let other = Ipv4Addr::new(10, 99, 0, 12);
+    let mut v = view(
+        vec![pool("10.244.0.0/16", "ipip")],
+        &[],
+        vec![record("n1", ME, 1_000_000), record("n2", other, 999_000)],
+    );
+    let out = run(&mut o, Event::Datastore(v.clone()));
+    let pass = gc_passes(&out)[0].clone();
+    assert_eq!(pass.pods, None);
+    assert_eq!(
+        pass.live_nodes,
+        BTreeSet::from(["n1".to_owned(), "n2".to_owned()])
+    );
+    // Both listed: the pods that exist, and n2 (gone from the API, its
+    // lease still live) is not live.
+    run(&mut o, Event::Kube(Box::new(KubeEvent::Synced(Feed::Pods))));
+    run(
+        &mut o,
+        Event::Kube(Box::new(KubeEvent::Synced(Feed::Nodes))),
+    );
+    v.now_ms += 60_000;
+    let out = run(&mut o, Event::Datastore(v));
+    let pass = gc_passes(&out)[0].clone();
+    assert_eq!(
+        pass.pods,
+        Some(BTreeSet::from([("shop".to_owned(), "web".to_owned())]))
+    );
+    assert_eq!(pass.live_nodes, BTreeSet::from(["n1".to_owned()]));
+}
