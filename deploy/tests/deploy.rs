@@ -711,38 +711,21 @@ fn rbac_only_reads_what_the_daemon_reads() -> Result<()> {
             }
         }
     }
+    // Exactly what brindle-kube's watchers read (kube/README.md), and no
+    // write: nothing reads leases or the brindle.dev resources.
     let expected_reads: BTreeSet<String> = [
         "/nodes",
         "/pods",
         "/namespaces",
-        "coordination.k8s.io/leases",
-        "brindle.dev/ippools",
-        "brindle.dev/bgppeers",
-        "brindle.dev/bgpconfigurations",
-        "brindle.dev/brindlenodes",
-        "brindle.dev/brindlenodes/status",
+        "networking.k8s.io/networkpolicies",
     ]
     .into_iter()
     .map(String::from)
     .collect();
     assert_eq!(reads, expected_reads);
-    assert_eq!(
-        writes,
-        BTreeSet::from(["brindle.dev/brindlenodes/status".to_string()])
-    );
+    assert_eq!(writes, BTreeSet::new());
 
-    // Every CRD's resources are readable, and the binding binds the
-    // DaemonSet's account to the role.
-    for crd in objects
-        .iter()
-        .filter(|o| o["kind"] == "CustomResourceDefinition")
-    {
-        let plural = crd["spec"]["names"]["plural"].as_str().context("plural")?;
-        assert!(
-            reads.contains(&format!("brindle.dev/{plural}")),
-            "{plural} not readable"
-        );
-    }
+    // The binding binds the DaemonSet's account to the role.
     let binding = find(&objects, "ClusterRoleBinding", "brindle-node")?;
     assert_eq!(binding["roleRef"]["name"], "brindle-node");
     assert_eq!(
@@ -916,7 +899,9 @@ fn the_configmap_carries_the_deploy_files() -> Result<()> {
         // Only the metrics address differs: Prometheus scrapes from another
         // pod in the cluster, while the host keeps it on loopback. And the
         // node daemon's log format: JSON lines for the cluster's log
-        // pipeline, plain text for journald on a host.
+        // pipeline, plain text for journald on a host. And the Kubernetes
+        // source: on in the cluster (its service account and RBAC are
+        // there), off on a plain host.
         for (key, value) in &on_host {
             if key == "metrics.listen" {
                 assert_eq!(in_cluster[key], format!("\"{listen}\""));
@@ -924,6 +909,9 @@ fn the_configmap_carries_the_deploy_files() -> Result<()> {
             } else if file == "node.toml" && key == "log_format" {
                 assert_eq!(in_cluster[key], "\"json\"");
                 assert_eq!(value, "\"text\"");
+            } else if file == "node.toml" && key == "datastore.kubernetes.enabled" {
+                assert_eq!(in_cluster[key], "true");
+                assert_eq!(value, "false");
             } else {
                 assert_eq!(&in_cluster[key], value, "{file} {key}");
             }
