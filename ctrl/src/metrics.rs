@@ -110,6 +110,10 @@ pub struct Metrics {
     pub ipam_addresses_usable: Gauge,
     /// Time to answer one `ctrl.sock` request, by op.
     pub api_request_seconds: Family<OpLabel, Histogram, fn() -> Histogram>,
+    /// Kubernetes API watch failures (`[datastore.kubernetes]`).
+    pub kube_watch_errors: Counter,
+    /// Kubernetes objects left out because policy refuses them.
+    pub kube_objects_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -135,6 +139,8 @@ impl Metrics {
             ipam_addresses_allocated: Gauge::default(),
             ipam_addresses_usable: Gauge::default(),
             api_request_seconds: Family::new_with_constructor(request_histogram),
+            kube_watch_errors: Counter::default(),
+            kube_objects_dropped: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("bgp_peers", "BGP peers by state", m.bgp_peers.clone());
@@ -188,6 +194,16 @@ impl Metrics {
             "api_request_seconds",
             "Time to answer one ctrl.sock request (the CNI plugin's IPAM and endpoint ops: ADD is ipam_allocate + add_endpoint, DEL delete_endpoint + ipam_release_handle), by op",
             m.api_request_seconds.clone(),
+        );
+        registry.register(
+            "kube_watch_errors",
+            "Kubernetes API list/watch failures, each retried after a backoff (410 Gone among them)",
+            m.kube_watch_errors.clone(),
+        );
+        registry.register(
+            "kube_objects_dropped",
+            "Kubernetes objects left out because brindle-policy refuses them",
+            m.kube_objects_dropped.clone(),
         );
         // Every reason and the CNI plugin's ADD/DEL ops exist from the
         // start (at zero): an empty family is not exported at all, and a
@@ -418,6 +434,14 @@ mod tests {
         );
         assert!(
             text.contains("brindle_ctrl_ipam_addresses_allocated 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("brindle_ctrl_kube_watch_errors_total 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("brindle_ctrl_kube_objects_dropped_total 0"),
             "{text}"
         );
     }

@@ -290,7 +290,7 @@ pub fn run_with_reload(
     if config.datastore.kubernetes.enabled {
         children.push(Child::spawn(kube_task::watch(
             config.datastore.kubernetes.clone(),
-            Arc::new(brindle_kube::Counters::default()),
+            metrics.clone(),
             events.clone(),
         )));
     }
