@@ -140,10 +140,34 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the socket at `path`; every later read and write times out
-    /// after `timeout`.
+    /// Connects to the socket at `path`; the connect itself and every later
+    /// read and write time out after `timeout`. A plain blocking connect to a
+    /// stuck daemon whose listen backlog is full would wait forever, so the
+    /// connect is non-blocking and retried until the deadline (a Unix stream
+    /// socket answers a full backlog with EAGAIN, not EINPROGRESS, so a poll
+    /// for writability, as for TCP, does not apply).
     pub fn connect(path: impl AsRef<Path>, timeout: Duration) -> Result<Self, FramingError> {
-        let stream = UnixStream::connect(path)?;
+        let address = socket2::SockAddr::unix(path)?;
+        let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+        socket.set_nonblocking(true)?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            match socket.connect(&address) {
+                Ok(()) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(FramingError::Io(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "connect: the daemon's listen backlog stayed full",
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        socket.set_nonblocking(false)?;
+        let stream: UnixStream = socket.into();
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
         Ok(Client {
@@ -262,5 +286,37 @@ mod tests {
         }
         drop(c);
         server.join().unwrap();
+    }
+
+    /// A daemon that never accepts and whose backlog is full: connect must
+    /// give up with an error instead of blocking the caller forever.
+    #[test]
+    fn connect_to_a_stuck_daemon_gives_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stuck.sock");
+        let listener =
+            socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).unwrap();
+        listener
+            .bind(&socket2::SockAddr::unix(&path).unwrap())
+            .unwrap();
+        // Backlog 0: the kernel queues one connection, a second one waits.
+        listener.listen(0).unwrap();
+        let mut queued = Vec::new();
+        let timeout = Duration::from_millis(200);
+        let failed = (0..4).find_map(|_| match Client::connect(&path, timeout) {
+            Ok(c) => {
+                queued.push(c);
+                None
+            }
+            Err(e) => Some(e),
+        });
+        match failed {
+            Some(FramingError::Io(e)) => assert!(
+                e.kind() == std::io::ErrorKind::TimedOut,
+                "unexpected error kind: {e}"
+            ),
+            other => panic!("a full backlog must fail the connect, got {other:?}"),
+        }
+        assert!(!queued.is_empty(), "the first connection fits the backlog");
     }
 }
