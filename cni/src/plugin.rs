@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 
 use brindle_api::cni::{
-    CniError, CniResult, Command, ErrorCode, Interface, IpConfig, Plugin, Request, Route,
+    CniError, CniResult, Command, Dns, ErrorCode, Interface, IpConfig, Plugin, Request, Route,
 };
 use brindle_api::endpoint::{
     DaemonStatus, Deleted, Endpoint, EndpointKey, EndpointRequest, GcReport, PodInterface, PodRef,
@@ -292,41 +292,9 @@ fn result_of(req: &Request, built: &Built, ipam: &CniResult) -> CniResult {
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    let ips = built
-        .ips
-        .iter()
-        .map(|ip| IpConfig {
-            address: *ip,
-            gateway: Some(if ip.addr().is_ipv4() {
-                IpAddr::V4(GATEWAY_V4)
-            } else {
-                IpAddr::V6(GATEWAY_V6)
-            }),
-            interface: Some(1),
-        })
-        .collect();
-    let routes = built
-        .gateways
-        .iter()
-        .map(|gw| Route {
-            dst: if gw.is_ipv4() {
-                IpNet::V4(Default::default())
-            } else {
-                IpNet::V6(Default::default())
-            },
-            gw: Some(*gw),
-            mtu: None,
-            advmss: None,
-            priority: None,
-            table: None,
-            scope: None,
-        })
-        .collect();
-    let dns = if ipam.dns.is_empty() {
-        req.conf.dns.clone().unwrap_or_default()
-    } else {
-        ipam.dns.clone()
-    };
+    let ips = pod_ip_configs(&built.ips, 1);
+    let routes = default_routes(&built.gateways);
+    let dns = result_dns(req, ipam);
     CniResult {
         interfaces: vec![
             Interface {
@@ -346,6 +314,51 @@ fn result_of(req: &Request, built: &Built, ipam: &CniResult) -> CniResult {
         ips,
         routes,
         dns,
+    }
+}
+
+/// The result's `ips`: each pod address with the link-local gateway of its
+/// family, on the result's interface number `interface` (the pod's).
+pub(crate) fn pod_ip_configs(ips: &[IpNet], interface: usize) -> Vec<IpConfig> {
+    ips.iter()
+        .map(|ip| IpConfig {
+            address: *ip,
+            gateway: Some(if ip.addr().is_ipv4() {
+                IpAddr::V4(GATEWAY_V4)
+            } else {
+                IpAddr::V6(GATEWAY_V6)
+            }),
+            interface: Some(interface),
+        })
+        .collect()
+}
+
+/// The result's `routes`: a default route per family through its gateway.
+pub(crate) fn default_routes(gateways: &[IpAddr]) -> Vec<Route> {
+    gateways
+        .iter()
+        .map(|gw| Route {
+            dst: if gw.is_ipv4() {
+                IpNet::V4(Default::default())
+            } else {
+                IpNet::V6(Default::default())
+            },
+            gw: Some(*gw),
+            mtu: None,
+            advmss: None,
+            priority: None,
+            table: None,
+            scope: None,
+        })
+        .collect()
+}
+
+/// The result's DNS: what IPAM returned, else the network config's.
+pub(crate) fn result_dns(req: &Request, ipam: &CniResult) -> Dns {
+    if ipam.dns.is_empty() {
+        req.conf.dns.clone().unwrap_or_default()
+    } else {
+        ipam.dns.clone()
     }
 }
 

@@ -15,7 +15,7 @@
 use std::fs::File;
 use std::os::fd::AsFd;
 
-use brindle_api::cni::{CniError, CniResult, Interface, IpConfig, Request, Route};
+use brindle_api::cni::{CniError, CniResult, Interface, Request};
 use brindle_api::endpoint::{Endpoint, PodInterface};
 use brindle_xsk::{Tap, TapConfig};
 use ipnet::IpNet;
@@ -25,8 +25,8 @@ use crate::config::BrindleConfig;
 use crate::delegate;
 use crate::netlink::{Link, Netlink, NetlinkError, format_mac};
 use crate::plugin::{
-    CODE_INTERFACE_EXISTS, GATEWAY_V4, GATEWAY_V6, HOST_MAC, configure_pod, key_of, nl, pod_ips,
-    pod_ref, register,
+    CODE_INTERFACE_EXISTS, HOST_MAC, configure_pod, default_routes, key_of, nl, pod_ip_configs,
+    pod_ips, pod_ref, register, result_dns,
 };
 
 /// The netlink kind of a TUN/TAP device.
@@ -156,39 +156,9 @@ fn result_of(
             sandbox: netns_path(req),
             ..Default::default()
         }],
-        ips: ips
-            .iter()
-            .map(|ip| IpConfig {
-                address: *ip,
-                gateway: Some(if ip.addr().is_ipv4() {
-                    GATEWAY_V4.into()
-                } else {
-                    GATEWAY_V6.into()
-                }),
-                interface: Some(0),
-            })
-            .collect(),
-        routes: gateways
-            .iter()
-            .map(|gw| Route {
-                dst: if gw.is_ipv4() {
-                    IpNet::V4(Default::default())
-                } else {
-                    IpNet::V6(Default::default())
-                },
-                gw: Some(*gw),
-                mtu: None,
-                advmss: None,
-                priority: None,
-                table: None,
-                scope: None,
-            })
-            .collect(),
-        dns: if ipam.dns.is_empty() {
-            req.conf.dns.clone().unwrap_or_default()
-        } else {
-            ipam.dns.clone()
-        },
+        ips: pod_ip_configs(ips, 0),
+        routes: default_routes(gateways),
+        dns: result_dns(req, ipam),
     }
 }
 
