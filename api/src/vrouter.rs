@@ -140,10 +140,43 @@ pub enum PortKind {
     Appliance,
 }
 
+/// The device behind a port, and how the vrouter moves its frames.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PortDevice {
+    /// An interface in the vrouter's network namespace named like the port,
+    /// taken with AF_XDP (AF_PACKET as the fallback): the uplink, veth pods.
+    #[default]
+    Xdp,
+    /// A persistent multi-queue TAP with a virtio-net header
+    /// (`IFF_TAP|IFF_NO_PI|IFF_VNET_HDR|IFF_MULTI_QUEUE`), attached by name in
+    /// a network namespace, one queue per worker: frames move as
+    /// super-packets by read/write. A TAP pod's `eth0`, or the host port.
+    Tap {
+        /// The network namespace it lives in (a path such as the pod's
+        /// `CNI_NETNS`); `None`: the vrouter's own (the host port).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        netns: Option<String>,
+        /// Its name in that namespace (a pod's `CNI_IFNAME`).
+        ifname: String,
+        /// How many queues it was made with (at least the vrouter's workers).
+        queues: u16,
+    },
+}
+
+impl PortDevice {
+    /// Whether this is the default, an AF_XDP interface.
+    pub fn is_xdp(&self) -> bool {
+        matches!(self, PortDevice::Xdp)
+    }
+}
+
 /// A port to attach (or that is attached).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortSpec {
-    /// Interface name in the vrouter's network namespace.
+    /// The port's name, unique in the vrouter: for AF_XDP ports the
+    /// interface's name in the vrouter's network namespace; for TAP pods a
+    /// name ctrl gives (the interface itself is in `device`).
     pub name: String,
     /// Pod or uplink.
     pub kind: PortKind,
@@ -158,6 +191,10 @@ pub struct PortSpec {
     /// Which endpoint this port belongs to (the CNI handle), for operators.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// The device and how frames move (default: AF_XDP on the interface
+    /// named `name`).
+    #[serde(default, skip_serializing_if = "PortDevice::is_xdp")]
+    pub device: PortDevice,
 }
 
 /// VXLAN settings (Calico's defaults: VNI 4096, UDP 4789).
@@ -379,6 +416,41 @@ pub struct Health {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_device_is_omitted_when_xdp_and_tagged_when_tap() {
+        let mut port = PortSpec {
+            name: "brt1a2b3c".into(),
+            kind: PortKind::Pod,
+            addresses: vec!["10.65.0.7".parse().unwrap()],
+            peer_mac: None,
+            endpoint: None,
+            device: PortDevice::Xdp,
+        };
+        let json = serde_json::to_value(&port).unwrap();
+        assert!(json.get("device").is_none(), "{json}");
+        port.device = PortDevice::Tap {
+            netns: Some("/var/run/netns/pod1".into()),
+            ifname: "eth0".into(),
+            queues: 2,
+        };
+        let json = serde_json::to_value(&port).unwrap();
+        assert_eq!(
+            json["device"],
+            serde_json::json!({"type": "tap", "netns": "/var/run/netns/pod1", "ifname": "eth0", "queues": 2})
+        );
+        assert_eq!(serde_json::from_value::<PortSpec>(json).unwrap(), port);
+        let host: PortDevice =
+            serde_json::from_str(r#"{"type":"tap","ifname":"brindle0","queues":1}"#).unwrap();
+        assert_eq!(
+            host,
+            PortDevice::Tap {
+                netns: None,
+                ifname: "brindle0".into(),
+                queues: 1
+            }
+        );
+    }
 
     #[test]
     fn requests_are_tagged_by_op_and_name_ports_by_interface() {

@@ -27,6 +27,7 @@ fn pod_port(name: &str, addr: &str, mac: &str) -> PortSpec {
         addresses: vec![addr.parse().unwrap()],
         peer_mac: Some(mac.parse().unwrap()),
         endpoint: None,
+        device: Default::default(),
     }
 }
 
@@ -266,6 +267,7 @@ fn program_node(
         addresses: vec![],
         peer_mac: None,
         endpoint: None,
+        device: Default::default(),
     };
     let _: Changed = c.call(&VrouterRequest::AddPorts {
         ports: vec![uplink_spec, pod_port(pod_if, pod_addr, pod_mac)],

@@ -166,6 +166,7 @@ impl Owner {
                     addresses: Vec::new(),
                     peer_mac: None,
                     endpoint: None,
+                    device: Default::default(),
                 }],
             },
         ];

@@ -157,6 +157,7 @@ mod tests {
                 addresses: vec![],
                 peer_mac: None,
                 endpoint: None,
+                device: Default::default(),
             }],
         };
         let reqs = vec![

@@ -123,6 +123,7 @@ pub fn endpoint_added(ep: &Endpoint) -> Result<Vec<VrouterRequest>, String> {
                 addresses: ep.ips.iter().map(|n| n.addr()).collect(),
                 peer_mac,
                 endpoint: Some(ep.key.handle()),
+                device: Default::default(),
             }],
         },
         VrouterRequest::AddRoutes {

@@ -239,6 +239,7 @@ mod tests {
             addresses: vec![ip.parse().unwrap()],
             peer_mac: Some(Mac([2, 0, 0, 0, 0, 1])),
             endpoint: Some(handle.into()),
+            device: Default::default(),
         }
     }
 

@@ -522,6 +522,7 @@ impl RunConfig {
                 addresses: p.addrs.clone(),
                 peer_mac: peer_macs.get(p.name.as_str()).copied(),
                 endpoint: None,
+                device: Default::default(),
             })
             .collect();
         let node = api::NodeConfig {

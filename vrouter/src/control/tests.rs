@@ -26,6 +26,7 @@ fn port(name: &str, kind: PortKind, addrs: &[&str]) -> api::PortSpec {
         addresses: addrs.iter().map(|a| a.parse().unwrap()).collect(),
         peer_mac: None,
         endpoint: None,
+        device: Default::default(),
     }
 }
 
