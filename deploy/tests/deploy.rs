@@ -898,7 +898,7 @@ fn the_configmap_carries_the_deploy_files() -> Result<()> {
         );
         // Only the metrics address differs: Prometheus scrapes from another
         // pod in the cluster, while the host keeps it on loopback. And the
-        // node daemon's log format: JSON lines for the cluster's log
+        // daemons' log format: JSON lines for the cluster's log
         // pipeline, plain text for journald on a host. And the Kubernetes
         // source: on in the cluster (its service account and RBAC are
         // there), off on a plain host.
@@ -906,7 +906,7 @@ fn the_configmap_carries_the_deploy_files() -> Result<()> {
             if key == "metrics.listen" {
                 assert_eq!(in_cluster[key], format!("\"{listen}\""));
                 assert!(value.starts_with("\"127.0.0.1:"), "{file} {key} = {value}");
-            } else if file == "node.toml" && key == "log_format" {
+            } else if key == "log_format" {
                 assert_eq!(in_cluster[key], "\"json\"");
                 assert_eq!(value, "\"text\"");
             } else if file == "node.toml" && key == "datastore.kubernetes.enabled" {
