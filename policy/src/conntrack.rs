@@ -274,6 +274,9 @@ struct Entry {
     tcp: Option<TcpState>,
     /// The original packet's ICMP type and code (for reclassification).
     icmp: Option<(u8, u8)>,
+    /// The dataplane's mark, set by the flow's first packet
+    /// ([`ConnTable::process_marked`]; e.g. "entered from the host port").
+    mark: u8,
 }
 
 /// Bytes per slot: key, entry, one control byte.
@@ -500,6 +503,22 @@ impl ConnTable {
         generation: u64,
         classify: impl FnOnce(&Packet) -> Verdict,
     ) -> Outcome {
+        self.process_marked(seen, now, generation, 0, classify).0
+    }
+
+    /// [`ConnTable::process`], and the flow's mark: a new flow keeps
+    /// `mark` (what the dataplane knows of its first packet, e.g. the port
+    /// it entered by); a tracked flow, and an ICMP error related to one,
+    /// give back the mark its first packet set. Denied, invalid and
+    /// refused packets give 0.
+    pub fn process_marked(
+        &mut self,
+        seen: &Seen,
+        now: u64,
+        generation: u64,
+        mark: u8,
+        classify: impl FnOnce(&Packet) -> Verdict,
+    ) -> (Outcome, u8) {
         if let Some(q) = &seen.quoted
             && seen
                 .icmp
@@ -509,11 +528,11 @@ impl ConnTable {
             return match self.map.get(&key) {
                 Some(e) if e.expires > now => {
                     self.stats.related += 1;
-                    Outcome::Related
+                    (Outcome::Related, e.mark)
                 }
                 _ => {
                     self.stats.invalid += 1;
-                    Outcome::Invalid
+                    (Outcome::Invalid, 0)
                 }
             };
         }
@@ -533,8 +552,10 @@ impl ConnTable {
             },
         };
         // One lookup: the entry is updated in place.
+        let mut kept = 0;
         let tracked = match self.map.get_mut(&key) {
             Some(e) if e.expires > now => {
+                kept = e.mark;
                 let reply = src_lo != e.orig_src_lo;
                 let mut outcome = Outcome::Tracked { reply };
                 if e.generation < generation {
@@ -559,12 +580,16 @@ impl ConnTable {
                 Outcome::Denied(_) => {
                     self.map.remove(&key);
                     self.stats.denied += 1;
+                    kept = 0;
                 }
-                Outcome::Invalid => self.stats.invalid += 1,
+                Outcome::Invalid => {
+                    self.stats.invalid += 1;
+                    kept = 0;
+                }
                 Outcome::Revalidated(_) => self.stats.revalidated += 1,
                 _ => self.stats.tracked += 1,
             }
-            return outcome;
+            return (outcome, kept);
         }
         // A new flow (or one whose entry expired).
         let tcp = if protocol == 6 {
@@ -572,7 +597,7 @@ impl ConnTable {
                 Some(Some(s)) => Some(s),
                 _ => {
                     self.stats.invalid += 1;
-                    return Outcome::Invalid;
+                    return (Outcome::Invalid, 0);
                 }
             }
         } else {
@@ -581,7 +606,7 @@ impl ConnTable {
         let v = verdict_of(&packet(t, seen.icmp));
         if !v.allow {
             self.stats.denied += 1;
-            return Outcome::Denied(v);
+            return (Outcome::Denied(v), 0);
         }
         if !self.map.contains_key(&key) && self.map.len() >= self.capacity {
             // Expired entries make room; a full pass at most once a second.
@@ -590,7 +615,7 @@ impl ConnTable {
             }
             if self.map.len() >= self.capacity {
                 self.stats.full += 1;
-                return Outcome::Full;
+                return (Outcome::Full, 0);
             }
         }
         let entry = Entry {
@@ -601,10 +626,11 @@ impl ConnTable {
             replied: false,
             tcp,
             icmp: seen.icmp,
+            mark,
         };
         self.map.insert(key, entry);
         self.stats.new += 1;
-        Outcome::New(v)
+        (Outcome::New(v), mark)
     }
 
     /// What allowed a tracked flow.

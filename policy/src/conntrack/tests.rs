@@ -280,3 +280,49 @@ fn a_full_table_refuses_new_flows_counted_until_entries_expire() {
 fn an_entry_costs_73_bytes() {
     assert_eq!(ENTRY_BYTES, std::hint::black_box(73));
 }
+
+#[test]
+fn a_flow_keeps_the_mark_of_its_first_packet_both_ways_and_for_related_errors() {
+    let mut t = ConnTable::new(8, Timeouts::default());
+    let s = udp("10.0.0.1", 5000, "10.0.0.2", 53);
+    assert!(matches!(
+        t.process_marked(&s, 0, 1, 1, |_| allow()),
+        (Outcome::New(_), 1)
+    ));
+    // Later packets either way give it back, whatever they pass in.
+    let back = udp("10.0.0.2", 53, "10.0.0.1", 5000);
+    assert_eq!(
+        t.process_marked(&back, 1, 1, 0, |_| panic!("tracked")),
+        (Outcome::Tracked { reply: true }, 1)
+    );
+    assert_eq!(
+        t.process_marked(&s, 2, 1, 0, |_| panic!("tracked")),
+        (Outcome::Tracked { reply: false }, 1)
+    );
+    let err = Seen {
+        tuple: Tuple {
+            protocol: 1,
+            src_port: 0,
+            dst_port: 0,
+            ..back.tuple
+        },
+        tcp_flags: 0,
+        icmp: Some((3, 3)),
+        quoted: Some(s.tuple),
+    };
+    assert_eq!(
+        t.process_marked(&err, 3, 1, 0, |_| panic!("no")),
+        (Outcome::Related, 1)
+    );
+    // A denied flow carries no mark; an unmarked one keeps 0.
+    let d = udp("10.0.0.1", 5001, "10.0.0.2", 53);
+    assert!(matches!(
+        t.process_marked(&d, 4, 1, 1, |_| deny()),
+        (Outcome::Denied(_), 0)
+    ));
+    assert!(matches!(t.process(&d, 4, 1, |_| allow()), Outcome::New(_)));
+    assert_eq!(
+        t.process_marked(&d, 5, 1, 1, |_| panic!("tracked")),
+        (Outcome::Tracked { reply: false }, 0)
+    );
+}
