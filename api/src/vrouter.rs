@@ -27,6 +27,9 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 pub use crate::POD_GATEWAY_MAC;
+/// The network policy wire format carried by [`VrouterRequest::ApplyPolicy`]
+/// and [`DesiredState::policy`].
+pub use brindle_policy::program::Update as PolicyUpdate;
 
 /// A MAC address, written `aa:bb:cc:dd:ee:ff` in JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -270,6 +273,11 @@ pub struct DesiredState {
     /// Every static neighbour.
     #[serde(default)]
     pub neighbors: Vec<Neighbor>,
+    /// The whole network policy state
+    /// (`brindle_policy::compile::Compiler::snapshot()`); `None` leaves the
+    /// policy as it is (a controller without policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyUpdate>,
 }
 
 /// A request to the vrouter.
@@ -315,6 +323,16 @@ pub enum VrouterRequest {
     Sync {
         /// The whole desired state.
         state: DesiredState,
+    },
+    /// Apply one network policy step (sets, per-endpoint programs, touched
+    /// endpoints), all or nothing: a generation not newer than the
+    /// vrouter's, a program reading a missing set or a removal of a set
+    /// still read is refused (the controller then resyncs with `Sync`, whose
+    /// `policy` is the compiler's snapshot). Result: [`Changed`] (1 when
+    /// applied, 0 when empty).
+    ApplyPolicy {
+        /// The compiler's output (`brindle_policy::compile::Compiler::apply`).
+        update: PolicyUpdate,
     },
     /// Counters. Result: [`Stats`].
     GetStats,
@@ -476,6 +494,31 @@ mod tests {
         };
         assert_eq!(ports[0].peer_mac, Some(Mac([0x0a, 0x58, 0x0a, 0xf4, 0, 5])));
         assert_eq!(ports[0].kind, PortKind::Pod);
+    }
+
+    #[test]
+    fn policy_travels_as_apply_policy_and_in_sync_only_when_set() {
+        let json = serde_json::to_value(DesiredState::default()).unwrap();
+        assert!(json.get("policy").is_none(), "{json}");
+        let update = PolicyUpdate {
+            generation: 3,
+            ..PolicyUpdate::default()
+        };
+        let req = VrouterRequest::ApplyPolicy {
+            update: update.clone(),
+        };
+        let json = serde_json::to_string(&req).unwrap();
+        assert!(
+            json.starts_with(r#"{"op":"apply_policy","update":{"generation":3"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<VrouterRequest>(&json).unwrap(), req);
+        let state = DesiredState {
+            policy: Some(update),
+            ..DesiredState::default()
+        };
+        let json = serde_json::to_string(&state).unwrap();
+        assert_eq!(serde_json::from_str::<DesiredState>(&json).unwrap(), state);
     }
 
     #[test]

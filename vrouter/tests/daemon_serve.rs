@@ -192,6 +192,7 @@ fn programmed_over_the_socket_it_forwards_pod_to_pod_and_converges_on_sync() -> 
         ports: vec![ports[0].clone()],
         routes: vec![routes[0].clone()],
         neighbors: vec![],
+        policy: None,
     };
     let changed: Changed = c.call(&VrouterRequest::Sync { state: without_b })?;
     assert_eq!(changed.changed, 2, "port B and its route removed");
@@ -207,6 +208,7 @@ fn programmed_over_the_socket_it_forwards_pod_to_pod_and_converges_on_sync() -> 
         ports: ports.clone(),
         routes: routes.clone(),
         neighbors: vec![],
+        policy: None,
     };
     assert_eq!(
         c.call::<_, Changed>(&VrouterRequest::Sync {

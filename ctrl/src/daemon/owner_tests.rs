@@ -561,6 +561,7 @@ fn a_learned_gateway_reaches_the_vrouter_once_per_change_and_after_a_restart() {
                     ports: vec![],
                     routes: vec![],
                     neighbors: vec![],
+                    policy: None,
                 }
             }
         ]

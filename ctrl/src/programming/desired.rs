@@ -5,8 +5,11 @@ use std::net::IpAddr;
 
 use brindle_api::endpoint::Endpoint;
 use brindle_api::vrouter::{
-    DesiredState, Mac, Neighbor, NodeConfig, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
+    DesiredState, Mac, Neighbor, NodeConfig, PolicyUpdate, PortKind, PortSpec, Route, RouteTarget,
+    VrouterRequest,
 };
+use brindle_policy::ipset::SetContent;
+use brindle_policy::program::{EndpointKey, Program, ProgramUpdate, SetId, SetUpdate};
 use ipnet::IpNet;
 
 /// What the vrouter should hold, kept by the executor whatever the vrouter's
@@ -21,6 +24,66 @@ pub struct Desired {
     pub routes: BTreeMap<IpNet, RouteTarget>,
     /// Static neighbours by (port, ip).
     pub neighbors: BTreeMap<(String, IpAddr), Neighbor>,
+    /// The network policy the vrouter holds: every `ApplyPolicy` merged.
+    pub policy: PolicyState,
+}
+
+/// The merge of every policy update sent: what a resync sends as
+/// `DesiredState::policy` (the compiler's snapshot, rebuilt from the
+/// updates so the executor needs no access to the compiler).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyState {
+    /// The last update's generation (0: no policy ever sent).
+    pub generation: u64,
+    /// Live sets by id.
+    pub sets: BTreeMap<SetId, SetContent>,
+    /// Local endpoints' programs.
+    pub programs: BTreeMap<EndpointKey, Program>,
+}
+
+impl PolicyState {
+    fn merge(&mut self, update: &PolicyUpdate) {
+        if update.is_empty() {
+            return;
+        }
+        self.generation = update.generation;
+        for s in &update.sets {
+            match &s.content {
+                Some(c) => self.sets.insert(s.id, c.clone()),
+                None => self.sets.remove(&s.id),
+            };
+        }
+        for p in &update.programs {
+            match &p.program {
+                Some(prog) => self.programs.insert(p.endpoint.clone(), prog.clone()),
+                None => self.programs.remove(&p.endpoint),
+            };
+        }
+    }
+
+    /// The whole state as one update (`None` before any policy).
+    pub fn to_update(&self) -> Option<PolicyUpdate> {
+        (self.generation > 0).then(|| PolicyUpdate {
+            generation: self.generation,
+            sets: self
+                .sets
+                .iter()
+                .map(|(id, c)| SetUpdate {
+                    id: *id,
+                    content: Some(c.clone()),
+                })
+                .collect(),
+            programs: self
+                .programs
+                .iter()
+                .map(|(k, p)| ProgramUpdate {
+                    endpoint: k.clone(),
+                    program: Some(p.clone()),
+                })
+                .collect(),
+            touched: Vec::new(),
+        })
+    }
 }
 
 impl Desired {
@@ -53,8 +116,18 @@ impl Desired {
                     self.neighbors.insert((n.port.clone(), n.ip), n.clone());
                 }
             }
+            VrouterRequest::ApplyPolicy { update } => self.policy.merge(update),
             VrouterRequest::Sync { state } => {
+                let policy = std::mem::take(&mut self.policy);
                 *self = Desired::default();
+                self.policy = match &state.policy {
+                    Some(p) => {
+                        let mut fresh = PolicyState::default();
+                        fresh.merge(p);
+                        fresh
+                    }
+                    None => policy,
+                };
                 self.node = state.node.clone();
                 self.apply(&VrouterRequest::AddPorts {
                     ports: state.ports.clone(),
@@ -88,6 +161,7 @@ impl Desired {
                 })
                 .collect(),
             neighbors: self.neighbors.values().cloned().collect(),
+            policy: self.policy.to_update(),
         }
     }
 }
@@ -209,5 +283,75 @@ pub(crate) mod tests {
         });
         other.apply(&VrouterRequest::Sync { state: d.to_sync() });
         assert_eq!(other, d);
+    }
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use brindle_policy::compile::{Change, Compiler, EndpointInfo};
+    use brindle_policy::resource::{Kind, ResourceKey, parse_documents};
+
+    use super::*;
+
+    fn ep(name: &str, addr: &str) -> Change {
+        Change::Endpoint(
+            EndpointKey {
+                namespace: "default".into(),
+                name: name.into(),
+            },
+            Some(EndpointInfo {
+                addrs: vec![addr.parse().unwrap()],
+                local: true,
+            }),
+        )
+    }
+
+    #[test]
+    fn the_merged_updates_resync_as_the_compilers_snapshot() {
+        let mut compiler = Compiler::new();
+        let mut desired = Desired::default();
+        assert_eq!(desired.to_sync().policy, None, "no policy: Sync omits it");
+        let docs = parse_documents(
+            "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: web}\n\
+             spec:\n  podSelector: {matchLabels: {app: web}}\n  ingress:\n  - from:\n    - podSelector: {matchLabels: {app: client}}\n\
+             ---\napiVersion: v1\nkind: Pod\nmetadata: {name: a, labels: {app: web}}\n\
+             ---\napiVersion: v1\nkind: Pod\nmetadata: {name: b, labels: {app: client}}\n",
+        )
+        .unwrap();
+        let mut changes: Vec<Change> = docs.into_iter().map(Change::Apply).collect();
+        changes.extend([ep("a", "10.65.0.2"), ep("b", "10.65.0.3")]);
+        let mut send = |changes: Vec<Change>, desired: &mut Desired| {
+            let update = compiler.apply(changes);
+            desired.apply(&VrouterRequest::ApplyPolicy { update });
+            compiler.snapshot()
+        };
+        let snap = send(changes, &mut desired);
+        assert_eq!(desired.to_sync().policy, Some(snap));
+        // The client relabelled away: its set shrinks; then the policy goes.
+        let relabel = parse_documents("apiVersion: v1\nkind: Pod\nmetadata: {name: b}\n").unwrap();
+        let snap = send(
+            relabel.into_iter().map(Change::Apply).collect(),
+            &mut desired,
+        );
+        assert_eq!(desired.to_sync().policy, Some(snap));
+        let gone = Change::Delete(ResourceKey {
+            kind: Kind::KubernetesNetworkPolicy,
+            namespace: Some("default".into()),
+            name: "web".into(),
+        });
+        let snap = send(vec![gone], &mut desired);
+        let synced = desired.to_sync().policy.unwrap();
+        assert_eq!(synced, snap);
+        assert!(synced.sets.is_empty(), "no set outlives its last reader");
+        // A Sync carrying a policy replaces the merge; one without keeps it.
+        let mut other = Desired::default();
+        other.apply(&VrouterRequest::Sync {
+            state: desired.to_sync(),
+        });
+        assert_eq!(other.policy, desired.policy);
+        other.apply(&VrouterRequest::Sync {
+            state: DesiredState::default(),
+        });
+        assert_eq!(other.policy, desired.policy);
     }
 }

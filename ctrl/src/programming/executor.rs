@@ -439,6 +439,7 @@ mod tests {
                         ports: vec![pod_port("bri1", "10.244.0.5", "k8s-pod-network/c1/eth0")],
                         routes: vec![local("10.244.0.5/32", "bri1")],
                         neighbors: vec![],
+                        policy: None,
                     }
                 }
             ]

@@ -178,6 +178,10 @@ impl<E: Effects> Control<E> {
             R::RemoveRoutes { prefixes } => self.remove_routes(&prefixes)?,
             R::SetNeighbors { neighbors } => self.set_neighbors(neighbors)?,
             R::Sync { state } => self.sync(state)?,
+            // Not enforced yet (issue 15, polvr wires `PolicyState` here):
+            // accepted and ignored, so a controller with policies keeps
+            // programming everything else.
+            R::ApplyPolicy { .. } => 0,
         };
         if changed > 0 {
             self.resolve_missing();

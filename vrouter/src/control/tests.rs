@@ -207,6 +207,7 @@ fn a_port_that_leaves_takes_its_routes_out_and_brings_them_back_in_its_new_slot(
             ports,
             routes,
             neighbors: vec![],
+            policy: None,
         }
     };
     assert_eq!(changed(&mut c, R::Sync { state: state(true) }), 4);
