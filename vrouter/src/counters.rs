@@ -63,11 +63,19 @@ pub enum DropReason {
     /// The frame waited for its next hop's MAC longer than the resolution
     /// timeout.
     NeighborTimeout,
+    /// Network policy denied it (a new flow, or a tracked one revalidated
+    /// under a newer policy).
+    PolicyDenied,
+    /// A new allowed flow that the full connection table cannot hold.
+    ConntrackFull,
+    /// No tracked state accepts it: out-of-state TCP, an ICMP error about
+    /// no flow, a fragment or truncated L4 header of a policed pod.
+    ConntrackInvalid,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 17] = [
+    pub const ALL: [DropReason; 20] = [
         DropReason::ParseError,
         DropReason::Spoofed,
         DropReason::NoRoute,
@@ -85,6 +93,9 @@ impl DropReason {
         DropReason::UnknownTunnelPeer,
         DropReason::NeighborQueueFull,
         DropReason::NeighborTimeout,
+        DropReason::PolicyDenied,
+        DropReason::ConntrackFull,
+        DropReason::ConntrackInvalid,
     ];
 
     /// Stable snake_case name (metrics label).
@@ -107,6 +118,9 @@ impl DropReason {
             DropReason::UnknownTunnelPeer => "unknown_tunnel_peer",
             DropReason::NeighborQueueFull => "neighbor_queue_full",
             DropReason::NeighborTimeout => "neighbor_timeout",
+            DropReason::PolicyDenied => "policy_denied",
+            DropReason::ConntrackFull => "conntrack_full",
+            DropReason::ConntrackInvalid => "conntrack_invalid",
         }
     }
 }
@@ -153,6 +167,10 @@ pub struct Counters {
     pub neighbor_held: u64,
     /// Frames sent after waiting for their next hop's MAC (a total).
     pub neighbor_released: u64,
+    /// Frames other workers handed over for this worker's pods that this
+    /// worker dropped (network policy checked at the pod's owner; in
+    /// `dropped()` by reason, though not in `rx_packets`).
+    pub handed_dropped: u64,
     /// Drops by reason, indexed by `DropReason as usize`.
     pub drops: [u64; DROP_REASONS],
 }
@@ -176,9 +194,10 @@ impl Counters {
     }
 
     /// Whether every frame is accounted for:
-    /// `rx + generated == tx + consumed + dropped + neighbor_held`.
+    /// `rx + generated + handed_dropped == tx + consumed + dropped +
+    /// neighbor_held`.
     pub fn balanced(&self) -> bool {
-        self.rx_packets + self.generated
+        self.rx_packets + self.generated + self.handed_dropped
             == self.tx_packets + self.consumed + self.dropped() + self.neighbor_held
     }
 }
@@ -186,7 +205,7 @@ impl Counters {
 impl fmt::Display for Counters {
     /// A two-column table of every non-zero counter (and rx/tx always).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: [(&str, u64); 18] = [
+        let rows: [(&str, u64); 19] = [
             ("rx_packets", self.rx_packets),
             ("rx_bytes", self.rx_bytes),
             ("tx_packets", self.tx_packets),
@@ -205,6 +224,7 @@ impl fmt::Display for Counters {
             ("consumed", self.consumed),
             ("neighbor_held", self.neighbor_held),
             ("neighbor_released", self.neighbor_released),
+            ("handed_dropped", self.handed_dropped),
         ];
         for (name, value) in rows {
             if value != 0 || name.starts_with("rx_") || name.starts_with("tx_") {

@@ -18,6 +18,9 @@
 //! - [`arp`]: proxy ARP on pod ports, learning on the uplink.
 //! - [`pipeline`]: classify, ARP/NDP, decap, anti-spoof, LPM, TTL/ICMP, MTU,
 //!   rewrite, encap, per-port TX batches.
+//! - [`policy`]: network policy and the per-worker flow table (the hook
+//!   the pipeline calls for frames from and to pods, the policy view the
+//!   control thread publishes to the workers).
 //! - [`counters`]: per-worker counters and drop reasons.
 //! - [`worker`]: the poll loop over a worker's ports.
 //! - `demo` (feature `demo`): the demo node (also the fixture of tests,
@@ -47,6 +50,7 @@ pub mod engine;
 pub mod frame;
 pub mod neigh;
 pub mod pipeline;
+pub mod policy;
 pub mod port;
 pub mod worker;
 

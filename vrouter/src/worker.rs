@@ -150,6 +150,7 @@ impl Worker {
             return false;
         }
         self.remote[id as usize] = remote;
+        self.pipeline.flows_mut().set_remote(id, remote);
         true
     }
 
@@ -214,6 +215,7 @@ impl Worker {
         }
         self.port_stats[i] = PortStats::default();
         self.remote[i] = false;
+        self.pipeline.flows_mut().set_remote(id, false);
         true
     }
 
@@ -309,7 +311,7 @@ impl Worker {
     /// One loop iteration at `now`; returns how many frames were received
     /// (from the ports and handed over by other workers).
     pub fn poll_once(&mut self, now: Instant) -> usize {
-        let mut received = self.take_mail();
+        let mut received = self.take_mail(now);
         for ingress in 0..self.ports.len() {
             let n = self.ports[ingress].rx_burst(&mut self.arena, &mut self.rx);
             if n == 0 {
@@ -343,7 +345,7 @@ impl Worker {
 
     /// Takes back returned chunks and transmits the frames other workers
     /// handed over; returns how many were handed over.
-    fn take_mail(&mut self) -> usize {
+    fn take_mail(&mut self, now: Instant) -> usize {
         let Some(home) = &self.home else {
             return 0;
         };
@@ -362,6 +364,11 @@ impl Worker {
                 // The port left this worker meanwhile.
                 home.free(&mut self.arena, desc.addr);
                 self.handoff.drops += 1;
+                continue;
+            }
+            // A pod's flows are checked by the worker that owns its port.
+            if !self.pipeline.police_handed(self.arena.data(desc), id, now) {
+                home.free(&mut self.arena, desc.addr);
                 continue;
             }
             self.handed[i].push(desc);

@@ -287,6 +287,16 @@ impl Pipeline {
                 cx,
             );
         }
+        // Network policy and the flow table (issue 15); `_flow` says
+        // whether this is a reply of a flow that entered from the host.
+        let _flow = if local {
+            Default::default()
+        } else {
+            match self.police(buf, kind, nh, m.l3, m.l3 + m.len, false, cx) {
+                Ok(f) => f,
+                Err(reason) => return Verdict::Drop(reason),
+            }
+        };
         let plan = match self.plan_v4(nh) {
             Ok(p) => p,
             Err(v) => return v,

@@ -146,6 +146,14 @@ impl Pipeline {
                 cx,
             );
         }
+        let _flow = if local {
+            Default::default()
+        } else {
+            match self.police(buf, kind, nh, m.l3, m.l3 + m.len, true, cx) {
+                Ok(f) => f,
+                Err(reason) => return Verdict::Drop(reason),
+            }
+        };
         let plan = match nh {
             NextHop::Local { port } => self.direct(port, None),
             NextHop::Host => match self.ports.host() {

@@ -43,9 +43,10 @@ use std::time::{Duration, Instant};
 use crate::arp::{self, ArpAction};
 use crate::counters::{Counters, DropReason};
 use crate::endpoint::{PortKind, PortTable};
-use crate::fib::{FibReader, FibSnapshot};
+use crate::fib::{FibReader, FibSnapshot, NextHop};
 use crate::frame::{FrameArena, FrameDesc, PortId};
 use crate::neigh::{FastHasher, HeldFrame, HeldFrames, MissAction, NeighTable};
+use crate::policy::{Flow, Flows};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::udp::UdpChecksum;
 
@@ -195,10 +196,12 @@ impl TxBatches {
     }
 }
 
-/// What every frame of one batch shares: one FIB version and the time.
+/// What every frame of one batch shares: one FIB version, the time, and
+/// the port it came in by.
 struct Cx {
     fib: FibSnapshot,
     now: Instant,
+    ingress: PortId,
 }
 
 /// The outcome for one frame, in chunk-relative offsets.
@@ -238,6 +241,7 @@ pub struct Pipeline {
     icmp_bucket: TokenBucket,
     vtep_macs: Vec<(Ipv4Addr, [u8; 6])>,
     tunnel_peers: Option<HashSet<Ipv4Addr, BuildHasherDefault<FastHasher>>>,
+    flows: Flows,
 }
 
 impl Pipeline {
@@ -260,6 +264,7 @@ impl Pipeline {
             icmp_bucket,
             vtep_macs: Vec::new(),
             tunnel_peers: None,
+            flows: Flows::new(),
         }
     }
 
@@ -360,6 +365,72 @@ impl Pipeline {
         });
     }
 
+    /// The flow table and the policy it enforces.
+    pub fn flows(&self) -> &Flows {
+        &self.flows
+    }
+
+    /// The flow table, writable (the policy reader, capacity, which port
+    /// slots belong to other workers).
+    pub fn flows_mut(&mut self) -> &mut Flows {
+        &mut self.flows
+    }
+
+    /// Network policy for a frame another worker handed over for this
+    /// worker's port `port` (the frame as it will be sent). `false`: the
+    /// frame is dropped; the caller frees it, and it is counted here (by
+    /// reason, and in `handed_dropped`).
+    pub fn police_handed(&mut self, frame: &[u8], port: PortId, now: Instant) -> bool {
+        if !self
+            .ports
+            .get(port)
+            .is_some_and(|e| e.kind == PortKind::Pod)
+        {
+            return true;
+        }
+        self.flows.begin_batch(now, self.ports.host().is_some());
+        match self.flows.check_handed(frame, port, false) {
+            Ok(_) => true,
+            Err(reason) => {
+                self.counters.drop(reason);
+                self.counters.handed_dropped += 1;
+                false
+            }
+        }
+    }
+
+    /// The policy hook of a routed packet (IP header at `l3`, ending at
+    /// `end`) that entered by `cx.ingress` (of `kind`) and goes to `nh`:
+    /// the source pod's egress and the destination pod's ingress programs
+    /// through the flow table ([`Flows::check`]).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn police(
+        &mut self,
+        buf: &[u8],
+        kind: PortKind,
+        nh: NextHop,
+        l3: usize,
+        end: usize,
+        v6: bool,
+        cx: &Cx,
+    ) -> Result<Flow, DropReason> {
+        let src = (kind == PortKind::Pod).then_some(cx.ingress);
+        let dst = match nh {
+            NextHop::Local { port }
+                if self
+                    .ports
+                    .get(port)
+                    .is_some_and(|e| e.kind == PortKind::Pod) =>
+            {
+                Some(port)
+            }
+            _ => None,
+        };
+        let ip = buf.get(l3..end).ok_or(DropReason::ParseError)?;
+        self.flows.check(ip, v6, src, dst, kind == PortKind::Host)
+    }
+
     /// The counters so far.
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -434,7 +505,9 @@ impl Pipeline {
         let cx = Cx {
             fib: self.fib.snapshot(),
             now,
+            ingress,
         };
+        self.flows.begin_batch(now, self.ports.host().is_some());
         self.poll_held(arena, tx, now);
         for &desc in rx {
             self.counters.rx_packets += 1;

@@ -1,0 +1,521 @@
+//! Network policy in the pipeline (issue 15), and the per-worker flow table
+//! that also remembers which flows entered from the host port (issue 14).
+//!
+//! - [`PolicyView`]: what the workers read, immutable once published: the
+//!   policy state (`brindle_policy::classify::PolicyState`: programs of the
+//!   local endpoints, IP sets, generations) and, per port slot, the pod's
+//!   workload (its policy endpoint) and that endpoint's generation.
+//! - [`PolicyCell`] / [`PolicyReader`]: the control thread publishes a new
+//!   view (a version number and an `Arc` behind a mutex); a worker compares
+//!   the version once per batch (one atomic load) and takes the new `Arc`
+//!   only when it changed. No lock per packet.
+//! - [`Flows`]: one per worker, in its pipeline: the connection table
+//!   (`brindle_policy::conntrack::ConnTable`, allocated on first use) and
+//!   [`Flows::check`], the hook the pipeline calls for every routed packet
+//!   that leaves or enters a pod, after the FIB lookup.
+//!
+//! Where a flow is checked: a pod's flows live in the table of the worker
+//! that owns the pod's port, so both directions of a flow meet one entry.
+//! A frame from a local pod is checked on its worker (the pod's egress
+//! program, and the destination's ingress program when the destination is
+//! a pod of the same worker); a frame to a pod owned by another worker is
+//! checked by that worker when it takes the hand-off
+//! ([`Flows::check_handed`]), against the pod's ingress program. A flow
+//! between two pods of different workers thus has one entry in each
+//! worker's table, each with its own pod's program.
+//!
+//! Decisions: a new flow is classified (egress of the source pod, then
+//! ingress of the destination pod: both must allow); allowed flows are
+//! tracked, replies and later packets pass on the entry; a newer generation
+//! of either pod's program revalidates the flow on its next packet. Drops:
+//! `policy_denied`, `conntrack_full` (a new allowed flow the full table
+//! cannot hold: never a silent pass, logged at most every 10 s),
+//! `conntrack_invalid` (out-of-state TCP, an ICMP error about no flow, a
+//! non-first fragment or a truncated L4 header of a policed pod).
+
+mod parse;
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use brindle_policy::classify::{PolicyState, Verdict, classify};
+use brindle_policy::conntrack::{ConnTable, Outcome, Seen, Stats, Timeouts};
+use brindle_policy::program::{Direction, EndpointKey, Update};
+
+pub use brindle_policy::classify::ApplyError;
+
+use crate::counters::DropReason;
+use crate::frame::PortId;
+
+/// Flows a worker's table holds by default (2^17 slots at 73 bytes: about
+/// 9.6 MiB per worker, allocated when the first flow is tracked).
+pub const DEFAULT_FLOWS_PER_WORKER: usize = 100_000;
+
+/// The flow's mark bit: its first packet entered from the host port.
+pub const MARK_FROM_HOST: u8 = 1;
+
+/// What the pipeline learns of a flow from [`Flows::check`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flow {
+    /// The packet goes the reply way of a tracked flow.
+    pub reply: bool,
+    /// The flow's first packet entered from the host port (its replies go
+    /// back to the kernel, which undoes kube-proxy's DNAT).
+    pub from_host: bool,
+}
+
+/// One port slot's policy identity.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct PortPolicy {
+    /// The pod's workload (K8S_POD_NAMESPACE/K8S_POD_NAME).
+    key: Option<EndpointKey>,
+    /// Its program's generation (0: no program, not policed).
+    generation: u64,
+    /// It has a program.
+    policed: bool,
+}
+
+/// The policy the workers enforce: immutable, shared by `Arc`.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyView {
+    state: PolicyState,
+    workloads: Vec<Option<EndpointKey>>,
+    ports: Vec<PortPolicy>,
+    /// Track every flow through a pod port (on once any program exists; a
+    /// host port turns tracking on in the pipeline too).
+    track: bool,
+}
+
+impl PolicyView {
+    /// No policy, no workloads: nothing policed, nothing tracked.
+    pub fn new() -> PolicyView {
+        PolicyView::default()
+    }
+
+    /// The policy state.
+    pub fn state(&self) -> &PolicyState {
+        &self.state
+    }
+
+    /// The policy generation applied.
+    pub fn generation(&self) -> u64 {
+        self.state.generation()
+    }
+
+    /// This view with `update` applied (all of it, or the error and no
+    /// change).
+    pub fn with_update(&self, update: &Update) -> Result<PolicyView, ApplyError> {
+        let mut state = self.state.clone();
+        state.apply(update)?;
+        Ok(self.rebuilt(state, self.workloads.clone()))
+    }
+
+    /// This view with the whole state replaced by `snapshot` (a
+    /// `Compiler::snapshot()`, applied to an empty state).
+    pub fn with_snapshot(&self, snapshot: &Update) -> Result<PolicyView, ApplyError> {
+        let mut state = PolicyState::default();
+        state.apply(snapshot)?;
+        Ok(self.rebuilt(state, self.workloads.clone()))
+    }
+
+    /// This view with port slot `port`'s workload set (`None`: not a pod
+    /// with a workload, never policed).
+    pub fn with_workload(&self, port: PortId, key: Option<EndpointKey>) -> PolicyView {
+        let mut w = self.workloads.clone();
+        let i = usize::from(port);
+        if w.len() <= i {
+            w.resize(i + 1, None);
+        }
+        w[i] = key;
+        self.rebuilt(self.state.clone(), w)
+    }
+
+    /// The workload of a port slot.
+    pub fn workload(&self, port: PortId) -> Option<&EndpointKey> {
+        self.workloads.get(usize::from(port))?.as_ref()
+    }
+
+    fn rebuilt(&self, state: PolicyState, workloads: Vec<Option<EndpointKey>>) -> PolicyView {
+        let ports = workloads
+            .iter()
+            .map(|k| {
+                let ep = k.as_ref().and_then(|k| state.endpoint(k));
+                PortPolicy {
+                    key: k.clone(),
+                    generation: ep.map_or(0, |e| e.generation),
+                    policed: ep.is_some(),
+                }
+            })
+            .collect();
+        let track = state.endpoints() > 0;
+        PolicyView {
+            state,
+            workloads,
+            ports,
+            track,
+        }
+    }
+
+    #[inline]
+    fn port(&self, port: Option<PortId>) -> Option<&PortPolicy> {
+        self.ports.get(usize::from(port?)).filter(|p| p.policed)
+    }
+
+    /// The verdict for a packet in a flow's original direction: the
+    /// source pod's egress program, then the destination pod's ingress
+    /// program (either absent: allowed on that side).
+    fn verdict(
+        &self,
+        src: Option<&PortPolicy>,
+        dst: Option<&PortPolicy>,
+        pkt: &brindle_policy::classify::Packet,
+    ) -> Verdict {
+        let sets = self.state.sets();
+        let side = |p: Option<&PortPolicy>, dir| {
+            p.and_then(|p| p.key.as_ref())
+                .and_then(|k| self.state.endpoint(k))
+                .map(|ep| classify(&ep.program, dir, sets, pkt))
+        };
+        let egress = side(src, Direction::Egress);
+        if let Some(v) = egress
+            && !v.allow
+        {
+            return v;
+        }
+        side(dst, Direction::Ingress)
+            .or(egress)
+            .unwrap_or(Verdict::NO_POLICY)
+    }
+}
+
+// ===== publishing =====
+
+struct Shared {
+    version: AtomicU64,
+    view: Mutex<Arc<PolicyView>>,
+}
+
+/// The control thread's end: publishes views to every [`PolicyReader`].
+#[derive(Clone)]
+pub struct PolicyCell {
+    shared: Arc<Shared>,
+}
+
+impl Default for PolicyCell {
+    fn default() -> Self {
+        PolicyCell::new()
+    }
+}
+
+impl PolicyCell {
+    /// A cell holding an empty view.
+    pub fn new() -> PolicyCell {
+        PolicyCell {
+            shared: Arc::new(Shared {
+                version: AtomicU64::new(0),
+                view: Mutex::new(Arc::new(PolicyView::new())),
+            }),
+        }
+    }
+
+    /// The view published last.
+    pub fn current(&self) -> Arc<PolicyView> {
+        self.shared
+            .view
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Publishes `view`: workers take it at their next batch.
+    pub fn publish(&self, view: PolicyView) {
+        let mut v = self.shared.view.lock().unwrap_or_else(|e| e.into_inner());
+        *v = Arc::new(view);
+        self.shared.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// A reader for one worker.
+    pub fn reader(&self) -> PolicyReader {
+        PolicyReader {
+            shared: self.shared.clone(),
+            seen: u64::MAX,
+            view: Arc::new(PolicyView::new()),
+        }
+    }
+}
+
+/// A worker's end: the view as of its last [`PolicyReader::refresh`].
+pub struct PolicyReader {
+    shared: Arc<Shared>,
+    seen: u64,
+    view: Arc<PolicyView>,
+}
+
+impl PolicyReader {
+    /// Takes the newest view if one was published since the last call
+    /// (one atomic load when nothing changed).
+    #[inline]
+    pub fn refresh(&mut self) {
+        let v = self.shared.version.load(Ordering::Acquire);
+        if v != self.seen {
+            self.view = self
+                .shared
+                .view
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            self.seen = v;
+        }
+    }
+}
+
+// ===== the per-worker flow table =====
+
+/// Counters of one worker's flow table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    /// The connection table's own counters (tracked, new, revalidated,
+    /// denied, related, invalid, full, expired).
+    pub table: Stats,
+    /// Flows tracked now (expired ones included until swept).
+    pub flows: u64,
+    /// The policy generation this worker enforces.
+    pub generation: u64,
+}
+
+/// One worker's flow table and its view of the policy.
+pub struct Flows {
+    reader: Option<PolicyReader>,
+    view: Arc<PolicyView>,
+    table: Option<ConnTable>,
+    capacity: usize,
+    /// Port slots owned by another worker (their pods are checked there).
+    remote: Vec<bool>,
+    /// Track flows even without policy (a host port is configured).
+    host_port: bool,
+    epoch: Instant,
+    now_ns: u64,
+    last_sweep: u64,
+    last_full_log: Option<Instant>,
+}
+
+impl Default for Flows {
+    fn default() -> Self {
+        Flows::new()
+    }
+}
+
+impl Flows {
+    /// No policy, no table yet.
+    pub fn new() -> Flows {
+        Flows {
+            reader: None,
+            view: Arc::new(PolicyView::new()),
+            table: None,
+            capacity: DEFAULT_FLOWS_PER_WORKER,
+            remote: Vec::new(),
+            host_port: false,
+            epoch: Instant::now(),
+            now_ns: 0,
+            last_sweep: 0,
+            last_full_log: None,
+        }
+    }
+
+    /// Reads the policy published in `cell`'s readers from now on.
+    pub fn set_reader(&mut self, reader: PolicyReader) {
+        self.reader = Some(reader);
+    }
+
+    /// Uses `view` directly (tests, benchmarks; a reader's next refresh
+    /// replaces it).
+    pub fn set_view(&mut self, view: Arc<PolicyView>) {
+        self.view = view;
+    }
+
+    /// The view in force.
+    pub fn view(&self) -> &PolicyView {
+        &self.view
+    }
+
+    /// Sets the table's capacity (before its first flow; a table in use
+    /// is replaced, empty).
+    pub fn set_capacity(&mut self, flows: usize) {
+        self.capacity = flows.max(1);
+        if self.table.is_some() {
+            self.table = Some(ConnTable::new(self.capacity, Timeouts::default()));
+        }
+    }
+
+    /// Marks slot `port` as owned by another worker (or not).
+    pub fn set_remote(&mut self, port: PortId, remote: bool) {
+        let i = usize::from(port);
+        if self.remote.len() <= i {
+            self.remote.resize(i + 1, false);
+        }
+        self.remote[i] = remote;
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> FlowStats {
+        FlowStats {
+            table: self.table.as_ref().map(|t| t.stats()).unwrap_or_default(),
+            flows: self.table.as_ref().map_or(0, |t| t.len() as u64),
+            generation: self.view.generation(),
+        }
+    }
+
+    /// Once per batch: the newest policy view, the clock, whether a host
+    /// port exists (flows are then always tracked, for their "from host"
+    /// mark), and about once a second the expiry sweep.
+    #[inline]
+    pub fn begin_batch(&mut self, now: Instant, host_port: bool) {
+        self.host_port = host_port;
+        if let Some(r) = &mut self.reader {
+            r.refresh();
+            if !Arc::ptr_eq(&r.view, &self.view) {
+                self.view = r.view.clone();
+            }
+        }
+        self.now_ns = now.saturating_duration_since(self.epoch).as_nanos() as u64;
+        if self.now_ns.saturating_sub(self.last_sweep) >= 1_000_000_000 {
+            self.last_sweep = self.now_ns;
+            if let Some(t) = &mut self.table {
+                t.sweep(self.now_ns);
+            }
+        }
+    }
+
+    #[inline]
+    fn tracking(&self) -> bool {
+        self.view.track || self.host_port
+    }
+
+    #[inline]
+    fn is_remote(&self, port: PortId) -> bool {
+        self.remote.get(usize::from(port)).copied().unwrap_or(false)
+    }
+
+    /// The hook for a routed packet (`ip`: its IP header to its end):
+    /// `src_pod` is the ingress port if it is a pod port, `dst_pod` the
+    /// egress port if the route leads to a pod, `from_host` whether it
+    /// entered from the host port. A destination pod owned by another
+    /// worker is left to that worker ([`Flows::check_handed`]).
+    #[inline]
+    pub fn check(
+        &mut self,
+        ip: &[u8],
+        v6: bool,
+        src_pod: Option<PortId>,
+        dst_pod: Option<PortId>,
+        from_host: bool,
+    ) -> Result<Flow, DropReason> {
+        if !self.tracking() {
+            return Ok(Flow::default());
+        }
+        let dst_pod = dst_pod.filter(|p| !self.is_remote(*p));
+        if src_pod.is_none() && dst_pod.is_none() {
+            return Ok(Flow::default());
+        }
+        self.track(ip, v6, src_pod, dst_pod, from_host)
+    }
+
+    /// The hook for a frame another worker handed over for this worker's
+    /// pod port `port` (`frame`: Ethernet header first, as the pipeline
+    /// wrote it: untagged, 14 bytes).
+    pub fn check_handed(
+        &mut self,
+        frame: &[u8],
+        port: PortId,
+        from_host: bool,
+    ) -> Result<Flow, DropReason> {
+        if !self.tracking() {
+            return Ok(Flow::default());
+        }
+        let Some(ip) = frame.get(14..) else {
+            return Err(DropReason::ParseError);
+        };
+        let v6 = match u16::from_be_bytes([frame[12], frame[13]]) {
+            0x0800 => false,
+            0x86dd => true,
+            // The pipeline hands over only IP (ARP replies leave by the
+            // port they came in).
+            _ => return Ok(Flow::default()),
+        };
+        self.track(ip, v6, None, Some(port), from_host)
+    }
+
+    #[inline(never)]
+    fn track(
+        &mut self,
+        ip: &[u8],
+        v6: bool,
+        src_pod: Option<PortId>,
+        dst_pod: Option<PortId>,
+        from_host: bool,
+    ) -> Result<Flow, DropReason> {
+        let view = &*self.view;
+        let src = view.port(src_pod);
+        let dst = view.port(dst_pod);
+        let seen: Option<Seen> = if v6 {
+            parse::seen_v6(ip)
+        } else {
+            parse::seen_v4(ip)
+        };
+        let Some(seen) = seen else {
+            // Nothing to track by: refused only where a policy applies.
+            return if src.is_some() || dst.is_some() {
+                Err(DropReason::ConntrackInvalid)
+            } else {
+                Ok(Flow::default())
+            };
+        };
+        let generation = src
+            .map_or(0, |p| p.generation)
+            .max(dst.map_or(0, |p| p.generation));
+        let capacity = self.capacity;
+        let table = self
+            .table
+            .get_or_insert_with(|| ConnTable::new(capacity, Timeouts::default()));
+        let mark = if from_host { MARK_FROM_HOST } else { 0 };
+        let (outcome, mark) = table.process_marked(&seen, self.now_ns, generation, mark, |pkt| {
+            view.verdict(src, dst, pkt)
+        });
+        let flow = Flow {
+            reply: matches!(outcome, Outcome::Tracked { reply: true }),
+            from_host: mark & MARK_FROM_HOST != 0,
+        };
+        match outcome {
+            Outcome::Tracked { .. } | Outcome::New(_) | Outcome::Revalidated(_) => Ok(flow),
+            Outcome::Related => Ok(Flow {
+                reply: true,
+                ..flow
+            }),
+            Outcome::Denied(_) => Err(DropReason::PolicyDenied),
+            Outcome::Invalid => Err(DropReason::ConntrackInvalid),
+            Outcome::Full => {
+                self.log_full();
+                Err(DropReason::ConntrackFull)
+            }
+        }
+    }
+
+    #[cold]
+    fn log_full(&mut self) {
+        let now = Instant::now();
+        if self
+            .last_full_log
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(10))
+        {
+            self.last_full_log = Some(now);
+            tracing::warn!(
+                capacity = self.capacity,
+                refused = self.table.as_ref().map_or(0, |t| t.stats().full),
+                "connection table full: new flows dropped (conntrack_full)"
+            );
+        }
+    }
+}
