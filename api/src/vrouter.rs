@@ -27,6 +27,8 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 pub use crate::POD_GATEWAY_MAC;
+/// A pod's identity in network policy (namespace and name).
+pub use brindle_policy::program::EndpointKey as PolicyEndpoint;
 /// The network policy wire format carried by [`VrouterRequest::ApplyPolicy`]
 /// and [`DesiredState::policy`].
 pub use brindle_policy::program::Update as PolicyUpdate;
@@ -198,6 +200,11 @@ pub struct PortSpec {
     /// named `name`).
     #[serde(default, skip_serializing_if = "PortDevice::is_xdp")]
     pub device: PortDevice,
+    /// For pod ports: the pod's policy identity (K8S_POD_NAMESPACE and
+    /// K8S_POD_NAME), the key of its program in [`VrouterRequest::ApplyPolicy`]
+    /// updates. `None`: the port is never policed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<PolicyEndpoint>,
 }
 
 /// VXLAN settings (Calico's defaults: VNI 4096, UDP 4789).
@@ -444,6 +451,7 @@ mod tests {
             peer_mac: None,
             endpoint: None,
             device: PortDevice::Xdp,
+            workload: None,
         };
         let json = serde_json::to_value(&port).unwrap();
         assert!(json.get("device").is_none(), "{json}");

@@ -28,6 +28,7 @@ fn pod_port(name: &str, addr: &str, mac: &str) -> PortSpec {
         peer_mac: Some(mac.parse().unwrap()),
         endpoint: None,
         device: Default::default(),
+        workload: None,
     }
 }
 
@@ -270,6 +271,7 @@ fn program_node(
         peer_mac: None,
         endpoint: None,
         device: Default::default(),
+        workload: None,
     };
     let _: Changed = c.call(&VrouterRequest::AddPorts {
         ports: vec![uplink_spec, pod_port(pod_if, pod_addr, pod_mac)],

@@ -167,6 +167,7 @@ impl Owner {
                     peer_mac: None,
                     endpoint: None,
                     device: Default::default(),
+                    workload: None,
                 }],
             },
         ];

@@ -175,6 +175,7 @@ fn the_start_programs_the_node_the_uplink_and_the_stored_endpoints() {
                 peer_mac: None,
                 endpoint: None,
                 device: Default::default(),
+                workload: None,
             }],
         },
     ];

@@ -158,6 +158,7 @@ mod tests {
                 peer_mac: None,
                 endpoint: None,
                 device: Default::default(),
+                workload: None,
             }],
         };
         let reqs = vec![

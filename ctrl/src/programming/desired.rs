@@ -198,6 +198,9 @@ pub fn endpoint_added(ep: &Endpoint) -> Result<Vec<VrouterRequest>, String> {
                 peer_mac,
                 endpoint: Some(ep.key.handle()),
                 device: Default::default(),
+                // Network policy's key of the pod (K8S_POD_NAMESPACE/NAME).
+                workload: (!ep.pod.name.is_empty())
+                    .then(|| EndpointKey::new(ep.pod.namespace.clone(), ep.pod.name.clone())),
             }],
         },
         VrouterRequest::AddRoutes {

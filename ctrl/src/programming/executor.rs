@@ -240,6 +240,7 @@ mod tests {
             peer_mac: Some(Mac([2, 0, 0, 0, 0, 1])),
             endpoint: Some(handle.into()),
             device: Default::default(),
+            workload: None,
         }
     }
 

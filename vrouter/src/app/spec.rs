@@ -523,6 +523,7 @@ impl RunConfig {
                 peer_mac: peer_macs.get(p.name.as_str()).copied(),
                 endpoint: None,
                 device: Default::default(),
+                workload: None,
             })
             .collect();
         let node = api::NodeConfig {

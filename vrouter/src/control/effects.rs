@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::Arc;
 
 use brindle_xsk::Role;
 use ipnet::IpNet;
@@ -14,6 +15,7 @@ use crate::engine::{Backend, Dataplane, EngineError, WorkerCmd, WorkerSnapshot};
 use crate::fib::{FibChange, NextHop};
 use crate::frame::PortId;
 use crate::pipeline::PipelineConfig;
+use crate::policy::PolicyView;
 use crate::port::xdp::LinkInfo;
 
 /// What a key of the pod-prefix steering map is: network and length.
@@ -72,6 +74,9 @@ pub trait Effects {
     fn snapshots(&self) -> Vec<Option<WorkerSnapshot>>;
     /// Stops the workers; their last counters.
     fn shutdown(&mut self) -> Vec<WorkerSnapshot>;
+    /// Hands every worker a new network policy view (taken at its next
+    /// batch).
+    fn publish_policy(&mut self, view: Arc<PolicyView>);
 }
 
 // ===== impl Effects for Dataplane =====
@@ -179,6 +184,10 @@ impl Effects for Dataplane {
     fn shutdown(&mut self) -> Vec<WorkerSnapshot> {
         Dataplane::shutdown(self)
     }
+
+    fn publish_policy(&mut self, view: Arc<PolicyView>) {
+        self.policy().publish(view);
+    }
 }
 
 // ===== Recording =====
@@ -222,6 +231,14 @@ pub enum Effect {
     SteerRemove(SteerKey),
     /// A next hop poked for the kernel to resolve.
     Resolve(Ipv4Addr),
+    /// A policy view published: its generation and the pod slots with a
+    /// workload.
+    Policy {
+        /// The controller's generation.
+        generation: u64,
+        /// Slots with a workload, in order.
+        workloads: Vec<PortId>,
+    },
 }
 
 /// Effects kept as values, over a FIB kept in a map, with interfaces that
@@ -387,5 +404,16 @@ impl Effects for Recording {
 
     fn shutdown(&mut self) -> Vec<WorkerSnapshot> {
         vec![WorkerSnapshot::default(); self.workers]
+    }
+
+    fn publish_policy(&mut self, view: Arc<PolicyView>) {
+        let workloads = (0..=PortId::MAX)
+            .take_while(|&i| usize::from(i) < view.slots())
+            .filter(|&i| view.workload(i).is_some())
+            .collect();
+        self.effects.push(Effect::Policy {
+            generation: view.generation(),
+            workloads,
+        });
     }
 }

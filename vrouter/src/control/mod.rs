@@ -11,6 +11,7 @@
 
 pub mod effects;
 mod hops;
+mod policy;
 mod steering;
 #[cfg(test)]
 mod tests;
@@ -61,6 +62,7 @@ pub struct Control<E: Effects> {
     pipeline: PipelineConfig,
     steered: BTreeSet<(Ipv4Addr, u8)>,
     hops: NextHops,
+    policy: policy::PolicyControl,
 }
 
 fn invalid(message: impl Into<String>) -> RemoteError {
@@ -118,6 +120,7 @@ impl<E: Effects> Control<E> {
             pipeline,
             steered: BTreeSet::new(),
             hops: NextHops::default(),
+            policy: Default::default(),
         }
     }
 
@@ -142,8 +145,16 @@ impl<E: Effects> Control<E> {
         self.effects.shutdown()
     }
 
-    /// Applies one request; the JSON value is the op's result type.
+    /// Applies one request; the JSON value is the op's result type. The
+    /// workers get the policy view once per request if it changed (also
+    /// when the request failed half-way: what it did change is in force).
     pub fn handle(&mut self, req: api::VrouterRequest) -> Result<serde_json::Value, RemoteError> {
+        let answer = self.handle_one(req);
+        self.publish_policy();
+        answer
+    }
+
+    fn handle_one(&mut self, req: api::VrouterRequest) -> Result<serde_json::Value, RemoteError> {
         use api::VrouterRequest as R;
         let changed = match req {
             R::Hello { version } => {
@@ -178,10 +189,7 @@ impl<E: Effects> Control<E> {
             R::RemoveRoutes { prefixes } => self.remove_routes(&prefixes)?,
             R::SetNeighbors { neighbors } => self.set_neighbors(neighbors)?,
             R::Sync { state } => self.sync(state)?,
-            // Not enforced yet (issue 15, polvr wires `PolicyState` here):
-            // accepted and ignored, so a controller with policies keeps
-            // programming everything else.
-            R::ApplyPolicy { .. } => 0,
+            R::ApplyPolicy { update } => self.apply_policy(&update)?,
         };
         if changed > 0 {
             self.resolve_missing();
@@ -332,6 +340,7 @@ impl<E: Effects> Control<E> {
                 }
             };
             tracing::info!(port = %spec.name, id, backend, workers = ?owners, "port attached");
+            self.set_port_workload(id, Some(&spec));
             self.ports.insert(
                 spec.name.clone(),
                 PortEntry {
@@ -353,6 +362,7 @@ impl<E: Effects> Control<E> {
     /// but leave the FIB until the port comes back.
     fn detach(&mut self, name: &str) -> Result<(), RemoteError> {
         if let Some(e) = self.ports.remove(name) {
+            self.set_port_workload(e.id, None);
             self.effects.detach_port(e.id).map_err(engine)?;
             self.free_slots.push(e.id);
             tracing::info!(port = name, id = e.id, "port detached");
@@ -608,6 +618,9 @@ impl<E: Effects> Control<E> {
             changed += 1;
         }
         changed += self.set_neighbors(state.neighbors)?;
+        if let Some(snapshot) = &state.policy {
+            changed += self.sync_policy(snapshot)?;
+        }
         Ok(changed)
     }
 

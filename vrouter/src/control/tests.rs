@@ -27,6 +27,7 @@ fn port(name: &str, kind: PortKind, addrs: &[&str]) -> api::PortSpec {
         peer_mac: None,
         endpoint: None,
         device: Default::default(),
+        workload: None,
     }
 }
 
@@ -357,4 +358,75 @@ fn a_full_steering_map_leaves_prefixes_to_the_kernel_and_the_request_succeeds() 
         .collect();
     assert_eq!(steered.len(), 1);
     assert_eq!(c.routes(), 2, "both routes are in the FIB");
+}
+
+fn policies(c: &Control<Recording>) -> Vec<(u64, Vec<PortId>)> {
+    c.effects()
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Policy {
+                generation,
+                workloads,
+            } => Some((*generation, workloads.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn policy_updates_apply_all_or_nothing_and_pod_workloads_reach_the_workers() {
+    use brindle_policy::program::{EndpointKey, Program, ProgramUpdate, Update};
+    let mut c = control();
+    let a = EndpointKey::new("demo", "a");
+    let mut pod = port("pod1", PortKind::Pod, &["10.65.0.2"]);
+    pod.workload = Some(a.clone());
+    assert_eq!(changed(&mut c, R::AddPorts { ports: vec![pod] }), 1);
+    let id = c.ports["pod1"].id;
+    assert_eq!(policies(&c), vec![(0, vec![id])]);
+    let update = Update {
+        generation: 1,
+        programs: vec![ProgramUpdate {
+            endpoint: a.clone(),
+            program: Some(Program::default()),
+        }],
+        ..Update::default()
+    };
+    assert_eq!(
+        changed(
+            &mut c,
+            R::ApplyPolicy {
+                update: update.clone()
+            }
+        ),
+        1
+    );
+    assert_eq!(c.policy().generation(), 1);
+    assert!(c.policy().state().endpoint(&a).is_some());
+    // The same generation again: refused, nothing changes, nothing sent.
+    let err = c
+        .handle(R::ApplyPolicy {
+            update: update.clone(),
+        })
+        .unwrap_err();
+    assert_eq!(err.kind, RemoteErrorKind::InvalidRequest);
+    assert!(
+        err.message.contains("policy update refused"),
+        "{}",
+        err.message
+    );
+    assert_eq!(policies(&c).len(), 2);
+    // A resync replaces the state, whatever its generation.
+    let state = DesiredState {
+        ports: vec![],
+        policy: Some(Update {
+            generation: 1,
+            ..Update::default()
+        }),
+        ..DesiredState::default()
+    };
+    c.handle(R::Sync { state }).expect("sync");
+    assert!(c.policy().state().endpoint(&a).is_none());
+    // The pod left with the sync: its slot has no workload any more.
+    assert_eq!(policies(&c).last(), Some(&(1, vec![])));
 }

@@ -21,6 +21,7 @@ use crate::endpoint::Endpoint;
 use crate::fib::Fib;
 use crate::frame::{Port, PortId};
 use crate::pipeline::PipelineConfig;
+use crate::policy::PolicyCell;
 use crate::port::handoff::FrameHomes;
 use crate::port::packet::PacketPort;
 use crate::port::xdp::{LinkInfo, XdpPort, XdpPortConfig};
@@ -135,6 +136,7 @@ pub struct Dataplane {
     umem: Option<UmemHandle>,
     xdp: XdpPortConfig,
     io: IoMode,
+    policy: PolicyCell,
 }
 
 impl Dataplane {
@@ -200,7 +202,11 @@ impl Dataplane {
         }
         let (fib, reader) = Fib::new();
         drop(reader);
-        let workers = arenas.into_workers(pipeline, &fib);
+        let mut workers = arenas.into_workers(pipeline, &fib);
+        let policy = PolicyCell::new();
+        for w in &mut workers {
+            w.pipeline_mut().flows_mut().set_reader(policy.reader());
+        }
         let workers =
             spawn_all(workers, &cfg.cores, cfg.polling, stop).map_err(EngineError::Spawn)?;
         Ok(Dataplane {
@@ -211,7 +217,13 @@ impl Dataplane {
             umem,
             xdp,
             io: cfg.io,
+            policy,
         })
+    }
+
+    /// Where the control thread publishes network policy for the workers.
+    pub fn policy(&self) -> &PolicyCell {
+        &self.policy
     }
 
     /// How many workers run.

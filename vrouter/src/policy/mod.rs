@@ -82,6 +82,10 @@ struct PortPolicy {
 #[derive(Clone, Debug, Default)]
 pub struct PolicyView {
     state: PolicyState,
+    /// Added to the state's generations: a snapshot that replaces the
+    /// state (a controller that restarted counts from 1 again) starts
+    /// above every generation flows may carry, so they all revalidate.
+    base: u64,
     workloads: Vec<Option<EndpointKey>>,
     ports: Vec<PortPolicy>,
     /// Track every flow through a pod port (on once any program exists; a
@@ -100,9 +104,15 @@ impl PolicyView {
         &self.state
     }
 
-    /// The policy generation applied.
+    /// The policy generation applied (the controller's).
     pub fn generation(&self) -> u64 {
         self.state.generation()
+    }
+
+    /// The generation flows are stamped with: the controller's plus this
+    /// vrouter's offset for replaced states.
+    fn stamp(&self, generation: u64) -> u64 {
+        self.base.saturating_add(generation)
     }
 
     /// This view with `update` applied (all of it, or the error and no
@@ -110,27 +120,45 @@ impl PolicyView {
     pub fn with_update(&self, update: &Update) -> Result<PolicyView, ApplyError> {
         let mut state = self.state.clone();
         state.apply(update)?;
-        Ok(self.rebuilt(state, self.workloads.clone()))
+        Ok(self.rebuilt(state, self.base, self.workloads.clone()))
     }
 
     /// This view with the whole state replaced by `snapshot` (a
-    /// `Compiler::snapshot()`, applied to an empty state).
+    /// `Compiler::snapshot()`, applied to an empty state; generation 0 is
+    /// the empty state). Every flow revalidates at its next packet.
     pub fn with_snapshot(&self, snapshot: &Update) -> Result<PolicyView, ApplyError> {
         let mut state = PolicyState::default();
-        state.apply(snapshot)?;
-        Ok(self.rebuilt(state, self.workloads.clone()))
+        if snapshot.generation > 0 || !snapshot.is_empty() {
+            state.apply(snapshot)?;
+        }
+        let base = self.stamp(self.state.generation()).saturating_add(1);
+        Ok(self.rebuilt(state, base, self.workloads.clone()))
     }
 
     /// This view with port slot `port`'s workload set (`None`: not a pod
     /// with a workload, never policed).
     pub fn with_workload(&self, port: PortId, key: Option<EndpointKey>) -> PolicyView {
-        let mut w = self.workloads.clone();
+        let mut v = self.clone();
+        v.set_workload(port, key);
+        v
+    }
+
+    /// Sets port slot `port`'s workload in place.
+    pub fn set_workload(&mut self, port: PortId, key: Option<EndpointKey>) {
         let i = usize::from(port);
-        if w.len() <= i {
-            w.resize(i + 1, None);
+        if self.workloads.len() <= i {
+            self.workloads.resize(i + 1, None);
         }
-        w[i] = key;
-        self.rebuilt(self.state.clone(), w)
+        if self.workloads[i] == key {
+            return;
+        }
+        self.workloads[i] = key;
+        self.ports = Self::port_table(&self.state, self.base, &self.workloads);
+    }
+
+    /// Port slots the view knows (with a workload or not).
+    pub fn slots(&self) -> usize {
+        self.workloads.len()
     }
 
     /// The workload of a port slot.
@@ -138,21 +166,35 @@ impl PolicyView {
         self.workloads.get(usize::from(port))?.as_ref()
     }
 
-    fn rebuilt(&self, state: PolicyState, workloads: Vec<Option<EndpointKey>>) -> PolicyView {
-        let ports = workloads
+    fn port_table(
+        state: &PolicyState,
+        base: u64,
+        workloads: &[Option<EndpointKey>],
+    ) -> Vec<PortPolicy> {
+        workloads
             .iter()
             .map(|k| {
                 let ep = k.as_ref().and_then(|k| state.endpoint(k));
                 PortPolicy {
                     key: k.clone(),
-                    generation: ep.map_or(0, |e| e.generation),
+                    generation: ep.map_or(base, |e| base.saturating_add(e.generation)),
                     policed: ep.is_some(),
                 }
             })
-            .collect();
+            .collect()
+    }
+
+    fn rebuilt(
+        &self,
+        state: PolicyState,
+        base: u64,
+        workloads: Vec<Option<EndpointKey>>,
+    ) -> PolicyView {
+        let ports = Self::port_table(&state, base, &workloads);
         let track = state.endpoints() > 0;
         PolicyView {
             state,
+            base,
             workloads,
             ports,
             track,
@@ -231,9 +273,9 @@ impl PolicyCell {
     }
 
     /// Publishes `view`: workers take it at their next batch.
-    pub fn publish(&self, view: PolicyView) {
+    pub fn publish(&self, view: impl Into<Arc<PolicyView>>) {
         let mut v = self.shared.view.lock().unwrap_or_else(|e| e.into_inner());
-        *v = Arc::new(view);
+        *v = view.into();
         self.shared.version.fetch_add(1, Ordering::Release);
     }
 
