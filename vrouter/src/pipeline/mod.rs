@@ -415,19 +415,35 @@ impl Pipeline {
         v6: bool,
         cx: &Cx,
     ) -> Result<Flow, DropReason> {
-        let src = (kind == PortKind::Pod).then_some(cx.ingress);
-        let dst = match nh {
-            NextHop::Local { port }
-                if self
-                    .ports
-                    .get(port)
-                    .is_some_and(|e| e.kind == PortKind::Pod) =>
-            {
-                Some(port)
-            }
+        if !self.flows.tracking() {
+            return Ok(Flow::default());
+        }
+        let is_pod = |port: PortId| {
+            self.ports
+                .get(port)
+                .is_some_and(|e| e.kind == PortKind::Pod)
+        };
+        let pod_of = |nh: Option<NextHop>| match nh {
+            Some(NextHop::Local { port }) if is_pod(port) => Some(port),
             _ => None,
         };
         let ip = buf.get(l3..end).ok_or(DropReason::ParseError)?;
+        let src = match kind {
+            PortKind::Pod => Some(cx.ingress),
+            // What the kernel hands back from a local pod (after
+            // kube-proxy's DNAT) is that pod's flow: tracked in its table
+            // with the "from host" mark, so the replies find it.
+            PortKind::Host if v6 => ip
+                .get(8..24)
+                .and_then(|a| <[u8; 16]>::try_from(a).ok())
+                .and_then(|a| pod_of(cx.fib.lookup_v6(a.into()))),
+            PortKind::Host => ip
+                .get(12..16)
+                .and_then(|a| <[u8; 4]>::try_from(a).ok())
+                .and_then(|a| pod_of(cx.fib.lookup_v4(a.into()))),
+            PortKind::Uplink => None,
+        };
+        let dst = pod_of(Some(nh));
         self.flows.check(ip, v6, src, dst, kind == PortKind::Host)
     }
 

@@ -431,8 +431,10 @@ impl Flows {
         }
     }
 
+    /// Whether flows are tracked at all (a policy exists, or a host
+    /// port): when not, [`Flows::check`] passes everything untouched.
     #[inline]
-    fn tracking(&self) -> bool {
+    pub fn tracking(&self) -> bool {
         self.view.track || self.host_port
     }
 
@@ -442,10 +444,13 @@ impl Flows {
     }
 
     /// The hook for a routed packet (`ip`: its IP header to its end):
-    /// `src_pod` is the ingress port if it is a pod port, `dst_pod` the
-    /// egress port if the route leads to a pod, `from_host` whether it
+    /// `src_pod` is the pod it comes from (the ingress port, or for a
+    /// packet from the host port a local pod by its source address),
+    /// `dst_pod` the pod the route leads to, `from_host` whether it
     /// entered from the host port. A destination pod owned by another
-    /// worker is left to that worker ([`Flows::check_handed`]).
+    /// worker is left to that worker ([`Flows::check_handed`]); a source
+    /// pod owned by another worker (only possible from the host port) is
+    /// not tracked here.
     #[inline]
     pub fn check(
         &mut self,
@@ -458,6 +463,7 @@ impl Flows {
         if !self.tracking() {
             return Ok(Flow::default());
         }
+        let src_pod = src_pod.filter(|p| !self.is_remote(*p));
         let dst_pod = dst_pod.filter(|p| !self.is_remote(*p));
         if src_pod.is_none() && dst_pod.is_none() {
             return Ok(Flow::default());

@@ -59,3 +59,62 @@ fn a_later_fragment_is_not_trackable_and_ipv6_reads_its_ports() {
         (17, 40000, 53)
     );
 }
+
+fn udp4(src: [u8; 4], sp: u16, dst: [u8; 4], dp: u16) -> Vec<u8> {
+    let mut l4 = sp.to_be_bytes().to_vec();
+    l4.extend_from_slice(&dp.to_be_bytes());
+    l4.extend_from_slice(&[0, 8, 0, 0]);
+    v4(src, dst, 17, &l4)
+}
+
+#[test]
+fn a_flow_from_the_host_port_is_marked_and_its_replies_say_so() {
+    use super::{Flow, Flows};
+    let mut f = Flows::new();
+    // No policy and no host port: nothing is tracked.
+    f.begin_batch(std::time::Instant::now(), false);
+    let fwd = udp4([10, 65, 0, 2], 40000, [10, 65, 0, 3], 80);
+    assert_eq!(
+        f.check(&fwd, false, Some(0), Some(1), true),
+        Ok(Flow::default())
+    );
+    assert_eq!(f.stats().flows, 0);
+    // With a host port every pod flow is tracked; the kernel handed A -> B
+    // back (after DNAT): from host.
+    f.begin_batch(std::time::Instant::now(), true);
+    let first = f
+        .check(&fwd, false, Some(0), Some(1), true)
+        .expect("passes");
+    assert_eq!(
+        first,
+        Flow {
+            reply: false,
+            from_host: true
+        }
+    );
+    let back = udp4([10, 65, 0, 3], 80, [10, 65, 0, 2], 40000);
+    let reply = f
+        .check(&back, false, Some(1), Some(0), false)
+        .expect("passes");
+    assert_eq!(
+        reply,
+        Flow {
+            reply: true,
+            from_host: true
+        }
+    );
+    // A pod's own flow is not marked.
+    let other = udp4([10, 65, 0, 2], 40001, [10, 65, 0, 3], 80);
+    assert_eq!(
+        f.check(&other, false, Some(0), Some(1), false),
+        Ok(Flow::default())
+    );
+    // A destination pod of another worker is left to that worker.
+    f.set_remote(1, true);
+    let third = udp4([10, 65, 0, 9], 1, [10, 65, 0, 3], 80);
+    assert_eq!(
+        f.check(&third, false, None, Some(1), false),
+        Ok(Flow::default())
+    );
+    assert_eq!(f.stats().flows, 2);
+}
