@@ -1,6 +1,7 @@
 //! `/run/brindle/ctrl.sock`: one thread per connection, one request per
 //! line, dispatched by `op`: `ipam_*` to the IPAM server of `brindle-ipam`,
-//! `ctrl_*` to the daemon's own ops, the rest to the endpoint handler.
+//! `ctrl_*` to the daemon's own ops, `policy_*` to the policy resources
+//! (`crate::policy::ops`), the rest to the endpoint handler.
 //!
 //! Threads rather than tasks because every op does blocking datastore I/O
 //! (the etcd backend runs its own runtime and blocks on it), and the
@@ -24,6 +25,7 @@ use tracing::{debug, warn};
 use crate::ctrl_api::{CtrlRequest, is_ctrl_op};
 use crate::endpoints::EndpointHandler;
 use crate::metrics::{Metrics, op_label};
+use crate::policy::ops::{PolicyOps, PolicyRequest, is_policy_op};
 
 /// Answers the `ctrl_*` ops (implemented by the daemon).
 pub trait CtrlOps: Send + Sync {
@@ -39,6 +41,8 @@ pub struct ApiServer {
     pub endpoints: Arc<EndpointHandler>,
     /// The daemon's own ops.
     pub ctrl: Arc<dyn CtrlOps>,
+    /// The policy resources (`brindlectl apply|delete|get`).
+    pub policy: Arc<PolicyOps>,
     /// Where the time of each request is observed, by op.
     pub metrics: Arc<Metrics>,
 }
@@ -67,6 +71,11 @@ impl ApiServer {
             match serde_json::from_value::<CtrlRequest>(line) {
                 Ok(req) => self.ctrl.handle(req),
                 Err(e) => invalid(format!("not a ctrl request: {e}")),
+            }
+        } else if is_policy_op(&op) {
+            match serde_json::from_value::<PolicyRequest>(line) {
+                Ok(req) => self.policy.handle(req),
+                Err(e) => invalid(format!("not a policy request: {e}")),
             }
         } else {
             match serde_json::from_value::<EndpointRequest>(line) {
@@ -176,6 +185,10 @@ mod tests {
         });
         Arc::new(ApiServer {
             ipam: Arc::new(ipam),
+            policy: Arc::new(PolicyOps {
+                store: crate::policy::PolicyStore::new(store.clone(), "/brindle/"),
+                changed: Box::new(|| {}),
+            }),
             endpoints: Arc::new(EndpointHandler {
                 store: EndpointStore::new(store, "/brindle/", "n1"),
                 changes: Box::new(|_| {}),

@@ -15,6 +15,7 @@ pub mod gateway;
 pub mod health;
 pub mod metrics;
 pub mod neighbors;
+pub mod policy;
 pub mod programming;
 pub mod registry;
 pub mod routing;

@@ -114,6 +114,15 @@ pub struct Metrics {
     pub kube_watch_errors: Counter,
     /// Kubernetes objects left out because policy refuses them.
     pub kube_objects_dropped: Counter,
+    /// Policies the compiler holds (every kind of policy; not tiers, sets
+    /// or pods).
+    pub policies: Gauge,
+    /// Local endpoints with a policy program.
+    pub policy_programs: Gauge,
+    /// The policy generation last sent to the vrouter.
+    pub policy_generation: Gauge,
+    /// Time to compile one batch of policy changes.
+    pub policy_compile_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -141,6 +150,10 @@ impl Metrics {
             api_request_seconds: Family::new_with_constructor(request_histogram),
             kube_watch_errors: Counter::default(),
             kube_objects_dropped: Counter::default(),
+            policies: Gauge::default(),
+            policy_programs: Gauge::default(),
+            policy_generation: Gauge::default(),
+            policy_compile_seconds: Histogram::new(exponential_buckets(0.000_05, 4.0, 10)),
             registry: Registry::default(),
         };
         registry.register("bgp_peers", "BGP peers by state", m.bgp_peers.clone());
@@ -204,6 +217,26 @@ impl Metrics {
             "kube_objects_dropped",
             "Kubernetes objects left out because brindle-policy refuses them",
             m.kube_objects_dropped.clone(),
+        );
+        registry.register(
+            "policies",
+            "Network policies compiled (Kubernetes and Calico, namespaced and global)",
+            m.policies.clone(),
+        );
+        registry.register(
+            "policy_programs",
+            "Local endpoints with a policy program",
+            m.policy_programs.clone(),
+        );
+        registry.register(
+            "policy_generation",
+            "The policy generation last sent to the vrouter",
+            m.policy_generation.clone(),
+        );
+        registry.register(
+            "policy_compile_seconds",
+            "Time to compile one batch of policy changes into programs and sets",
+            m.policy_compile_seconds.clone(),
         );
         // Every reason and the CNI plugin's ADD/DEL ops exist from the
         // start (at zero): an empty family is not exported at all, and a

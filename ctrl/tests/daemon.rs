@@ -312,3 +312,121 @@ fn an_endpoint_is_stored_programmed_listed_and_survives_a_restart() {
         .unwrap_err();
     assert!(err.to_string().contains("NotFound"), "{err}");
 }
+
+/// `brindlectl` with `input` on stdin; (success, stdout, stderr).
+fn brindlectl_stdin(dir: &Path, args: &[&str], input: &str) -> (bool, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brindlectl"))
+        .arg("--ctrl-socket")
+        .arg(dir.join("ctrl.sock"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The newest policy update the fake received with a program for `pod`.
+fn program_of(v: &FakeVrouter, pod: &str) -> Option<Option<usize>> {
+    v.requests().into_iter().rev().find_map(|r| match r {
+        VrouterRequest::ApplyPolicy { update } => update
+            .programs
+            .iter()
+            .find(|p| p.endpoint.name == pod)
+            .map(|p| p.program.as_ref().map(|p| p.ingress.tiers.len())),
+        _ => None,
+    })
+}
+
+const DENY_ALL: &str = "apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-all, namespace: default}
+spec: {podSelector: {}, policyTypes: [Ingress]}
+---
+apiVersion: projectcalico.org/v3
+kind: Tier
+metadata: {name: security}
+spec: {order: 100}
+";
+
+#[test]
+fn policy_applied_with_brindlectl_is_stored_compiled_and_sent_to_the_vrouter() {
+    let dir = tempfile::tempdir().unwrap();
+    let vrouter = FakeVrouter::start(&dir.path().join("vrouter.sock"), "boot-1");
+    let env = env(dir.path(), "node-a", "127.0.0.1", free_port());
+    let daemon = Daemon::start(&env, &dir.path().join("ctrl.sock"), &dir.path().join("log"));
+
+    // An invalid second document: an error with its field path, nothing stored.
+    let bad = format!(
+        "{DENY_ALL}---\napiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\n\
+         metadata: {{name: g}}\nspec: {{selector: 'app == ', order: 1}}\n"
+    );
+    let (ok, _, err) = brindlectl_stdin(dir.path(), &["apply", "-f", "-"], &bad);
+    assert!(!ok);
+    assert!(
+        err.contains("document 3") && err.contains("spec.selector"),
+        "{err}"
+    );
+    assert_eq!(
+        brindlectl(dir.path(), &["get", "all"]),
+        serde_json::json!({"apiVersion": "v1", "kind": "List", "items": []})
+    );
+
+    let (ok, out, err) = brindlectl_stdin(dir.path(), &["apply", "-f", "-"], DENY_ALL);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "NetworkPolicy default/deny-all created\nTier security created\n"
+    );
+    let list = brindlectl(dir.path(), &["get", "networkpolicies"]);
+    assert_eq!(list["items"][0]["metadata"]["name"], "deny-all");
+    let (ok, table, _) = brindlectl_stdin(dir.path(), &["get", "tiers"], "");
+    assert!(
+        ok && table.contains("security") && table.contains("order=100"),
+        "{table}"
+    );
+
+    // A pod of the namespace arrives: its port, then its program.
+    let mut c = Client::connect(dir.path().join("ctrl.sock"), Duration::from_secs(10)).unwrap();
+    let ep = pod("10.244.7.9/32");
+    let _: Endpoint = c
+        .call(&EndpointRequest::AddEndpoint {
+            endpoint: Box::new(ep.clone()),
+        })
+        .unwrap();
+    wait_for("the pod's program", Duration::from_secs(20), || {
+        program_of(&vrouter, "web-0") == Some(Some(1))
+            || last_sync(&vrouter)
+                .and_then(|s| s.policy)
+                .is_some_and(|p| !p.programs.is_empty())
+    })
+    .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", vrouter.requests(), daemon.log()));
+
+    // Deleting the policy leaves the pod without a tier (all allowed).
+    let (ok, out, err) = brindlectl_stdin(dir.path(), &["delete", "-f", "-"], DENY_ALL);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("NetworkPolicy default/deny-all deleted"),
+        "{out}"
+    );
+    wait_for(
+        "the program without the policy",
+        Duration::from_secs(20),
+        || program_of(&vrouter, "web-0") == Some(Some(0)),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", vrouter.requests(), daemon.log()));
+    let (ok, _, err) = brindlectl_stdin(dir.path(), &["delete", "-f", "-"], DENY_ALL);
+    assert!(!ok && err.contains("not found"), "{err}");
+}

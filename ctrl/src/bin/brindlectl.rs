@@ -2,8 +2,9 @@
 //! `vrouter.sock`). Tables by default, `-o json` or `-o yaml`.
 #![forbid(unsafe_code)]
 
+use std::io::Read;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,6 +13,7 @@ use brindle_api::framing::{Client, PROTOCOL_VERSION};
 use brindle_api::ipam::{HandleId, IpamOp, IpamRequest};
 use brindle_api::vrouter::VrouterRequest;
 use brindle_ctrl::ctrl_api::CtrlRequest;
+use brindle_ctrl::policy::ops::PolicyRequest;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
@@ -65,6 +67,32 @@ enum Command {
     Vrouter {
         #[command(subcommand)]
         what: VrouterCmd,
+    },
+    /// Create or replace policy resources (Kubernetes NetworkPolicy,
+    /// Namespace, Pod, ServiceAccount; Calico NetworkPolicy,
+    /// GlobalNetworkPolicy, Tier, GlobalNetworkSet), all or nothing.
+    Apply {
+        /// A file of YAML or JSON documents, `-` for stdin.
+        #[arg(short = 'f', long = "filename")]
+        file: PathBuf,
+    },
+    /// Delete the policy resources a file names, all or nothing.
+    Delete {
+        /// A file of YAML or JSON documents, `-` for stdin.
+        #[arg(short = 'f', long = "filename")]
+        file: PathBuf,
+        /// Skip resources that do not exist instead of failing.
+        #[arg(long)]
+        ignore_not_found: bool,
+    },
+    /// List stored policy resources: networkpolicies, globalnetworkpolicies,
+    /// tiers, globalnetworksets, namespaces, pods, serviceaccounts, all.
+    Get {
+        /// The kind.
+        kind: String,
+        /// Only this namespace.
+        #[arg(short, long)]
+        namespace: Option<String>,
     },
 }
 
@@ -171,6 +199,33 @@ fn main() -> anyhow::Result<()> {
         Command::Vrouter {
             what: VrouterCmd::Routes,
         } => call(&cli.vrouter_socket, &VrouterRequest::DumpRoutes)?,
+        Command::Apply { file } => {
+            let documents = read_input(&file)?;
+            let report = call(ctrl, &PolicyRequest::PolicyApply { documents })?;
+            return print_report(cli.output, &report);
+        }
+        Command::Delete {
+            file,
+            ignore_not_found,
+        } => {
+            let documents = read_input(&file)?;
+            let req = PolicyRequest::PolicyDelete {
+                documents,
+                ignore_not_found,
+            };
+            let report = call(ctrl, &req)?;
+            return print_report(cli.output, &report);
+        }
+        Command::Get { kind, namespace } => {
+            let items = call(ctrl, &PolicyRequest::PolicyGet { kind, namespace })?;
+            match cli.output {
+                // A `v1 List`, as kubectl prints it: `apply -f` takes it back.
+                Format::Table => print!("{}", table(&resource_rows(&items))),
+                Format::Json => println!("{}", serde_json::to_string_pretty(&as_list(items))?),
+                Format::Yaml => print!("{}", serde_norway::to_string(&as_list(items))?),
+            }
+            return Ok(());
+        }
     };
     match cli.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&value)?),
@@ -178,6 +233,87 @@ fn main() -> anyhow::Result<()> {
         Format::Table => print!("{}", table(&value)),
     }
     Ok(())
+}
+
+/// The documents of `-f`: a file, or stdin for `-`; at most what one
+/// request may carry.
+fn read_input(file: &Path) -> anyhow::Result<String> {
+    let limit = brindle_api::framing::MAX_MESSAGE_BYTES as u64 / 2;
+    let mut text = String::new();
+    let read = if file == Path::new("-") {
+        std::io::stdin().take(limit + 1).read_to_string(&mut text)
+    } else {
+        std::fs::File::open(file).and_then(|f| f.take(limit + 1).read_to_string(&mut text))
+    };
+    read.with_context(|| format!("reading {}", file.display()))?;
+    anyhow::ensure!(
+        text.len() as u64 <= limit,
+        "{}: larger than {limit} bytes",
+        file.display()
+    );
+    Ok(text)
+}
+
+/// `kind namespace/name outcome` lines (kubectl's), or the report as data.
+fn print_report(format: Format, report: &Value) -> anyhow::Result<()> {
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(report)?),
+        Format::Yaml => print!("{}", serde_norway::to_string(report)?),
+        Format::Table => {
+            for line in report.as_array().into_iter().flatten() {
+                println!("{} {}", cell(&line["resource"]), cell(&line["outcome"]));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn as_list(items: Value) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+/// One row per resource: kind, namespace, name and what matters of it.
+fn resource_rows(items: &Value) -> Value {
+    let rows: Vec<Value> = items
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let spec = &r["spec"];
+            let meta = &r["metadata"];
+            let api = r["apiVersion"].as_str().unwrap_or_default();
+            let kind = match (r["kind"].as_str().unwrap_or_default(), api) {
+                ("NetworkPolicy", "networking.k8s.io/v1") => "NetworkPolicy (k8s)".to_owned(),
+                (k, _) => k.to_owned(),
+            };
+            let what = match kind.as_str() {
+                "NetworkPolicy (k8s)" => format!("podSelector={}", compact(&spec["podSelector"])),
+                "NetworkPolicy" | "GlobalNetworkPolicy" => format!(
+                    "tier={} order={} selector={}",
+                    spec["tier"].as_str().unwrap_or("default"),
+                    cell(&spec["order"]),
+                    spec["selector"].as_str().unwrap_or("all()")
+                ),
+                "Tier" => format!("order={}", cell(&spec["order"])),
+                "GlobalNetworkSet" => format!("nets={}", cell(&spec["nets"])),
+                _ => format!("labels={}", compact(&meta["labels"])),
+            };
+            serde_json::json!({
+                "kind": kind,
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "spec": what,
+            })
+        })
+        .collect();
+    Value::Array(rows)
+}
+
+fn compact(v: &Value) -> String {
+    match v {
+        Value::Null => "{}".into(),
+        other => other.to_string(),
+    }
 }
 
 /// One cell: scalars as they are, nested values as compact JSON.

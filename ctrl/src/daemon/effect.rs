@@ -60,6 +60,10 @@ pub enum DatastoreRequest {
     Refresh,
     /// One pass of the automatic IPAM GC with what the owner knows now.
     IpamGc(GcPass),
+    /// Read the policy records and other nodes' endpoints (also part of
+    /// every `Refresh`); answered by an `Event::Policy` when something
+    /// changed.
+    ReadPolicy,
 }
 
 /// What one automatic IPAM GC pass is told of the world

@@ -51,6 +51,13 @@ pub enum Event {
     Reload(Result<Box<(Config, Validated)>, String>),
     /// SIGTERM or SIGINT.
     Shutdown,
+    /// Policy resources and other nodes' endpoints changed in the datastore
+    /// (the datastore thread's [`crate::policy::PolicyWatch`]), for the
+    /// policy compiler.
+    Policy(Vec<brindle_policy::compile::Change>),
+    /// A `brindlectl apply|delete` changed the policy records: read them now
+    /// rather than at the next tick.
+    PolicyStored,
     /// A net change of the cluster from the Kubernetes API
     /// ([`super::kube_task`]).
     Kube(Box<brindle_kube::KubeEvent>),

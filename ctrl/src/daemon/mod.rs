@@ -32,6 +32,7 @@ pub mod effect;
 pub mod event;
 pub mod kube_task;
 pub mod owner;
+pub mod policy;
 pub mod tasks;
 
 use std::net::{IpAddr, SocketAddr};
@@ -59,6 +60,8 @@ use crate::config::{Config, Validated};
 use crate::endpoints::{EndpointHandler, EndpointStore};
 use crate::health::Health;
 use crate::metrics::{self, Metrics};
+use crate::policy::ops::PolicyOps;
+use crate::policy::{PolicyStore, PolicyWatch};
 use crate::programming::dataplane::SocketDataplane;
 use crate::programming::executor::Executor;
 use crate::registry::{NodeRecord, Registry, Role};
@@ -253,6 +256,8 @@ pub fn run_with_reload(
         record: node_record(&config, &v),
         collector: Collector::new(Duration::from_secs(config.ipam.gc_grace_secs)),
         metrics: metrics.clone(),
+        store: store.clone(),
+        policy: PolicyWatch::new(&config.datastore.prefix, &v.node_name),
     }
     .spawn(events.clone())
     .map_err(|e| start_err("starting the datastore thread")(e.to_string()))?;
@@ -329,7 +334,14 @@ pub fn run_with_reload(
         }
     };
     let changes = events.clone();
+    let stored = events.clone();
     let server = Arc::new(ApiServer {
+        policy: Arc::new(PolicyOps {
+            store: PolicyStore::new(store.clone(), &config.datastore.prefix),
+            changed: Box::new(move || {
+                let _ = stored.send(Event::PolicyStored);
+            }),
+        }),
         ipam,
         endpoints: Arc::new(EndpointHandler {
             store: endpoint_store,

@@ -19,6 +19,7 @@ use tracing::{debug, info, warn};
 
 use super::effect::{BgpCommand, DatastoreRequest, Effect, GcPass};
 use super::event::{DatastoreView, Event, Responder};
+use super::policy::{PolicyOwner, kube_change, local_pod, local_pods, pod_of};
 use crate::bgp::rib::{BestRoute, RouteChange};
 use crate::bgp::speaker::PeerConfig;
 use crate::config::{Config, Validated};
@@ -86,6 +87,10 @@ pub struct Owner {
     /// The cluster as the Kubernetes source reported it (`None` without
     /// `[datastore.kubernetes]`).
     cluster: Option<brindle_kube::Cluster>,
+
+    // ----- network policy -----
+    /// The policy compiler and its inputs' bookkeeping.
+    policy: PolicyOwner,
 }
 
 /// An internal error as a reply.
@@ -123,6 +128,7 @@ impl Owner {
             .kubernetes
             .enabled
             .then(|| brindle_kube::Cluster::new(v.node_name.clone()));
+        let policy = PolicyOwner::new(metrics.clone());
         let underlay = Underlay {
             uplink: v.uplink.clone(),
             subnet: v.underlay_subnet,
@@ -149,6 +155,7 @@ impl Owner {
             stopping: false,
             next_gc_ms: 0,
             cluster: config_cluster,
+            policy,
         }
     }
 
@@ -182,6 +189,7 @@ impl Owner {
         }
         info!(endpoints = self.endpoints.len(), "restored endpoints");
         self.count_endpoints();
+        reqs.extend(self.policy.compile(local_pods(&self.endpoints)));
         out.push(apply(reqs));
         self.announce_services(out);
     }
@@ -221,8 +229,19 @@ impl Owner {
             }
             Event::Query(request, reply) => self.query(request, reply, out),
             Event::Reload(result) => self.reload(result, out),
+            Event::Policy(changes) => {
+                if let Some(req) = self.policy.compile(changes) {
+                    out.push(apply(vec![req]));
+                }
+            }
+            Event::PolicyStored => out.push(Effect::Datastore(DatastoreRequest::ReadPolicy)),
             Event::Kube(e) => {
                 debug!(event = ?e, "kubernetes");
+                if let Some(change) = kube_change(&e)
+                    && let Some(req) = self.policy.compile(vec![change])
+                {
+                    out.push(apply(vec![req]));
+                }
                 if let Some(cluster) = &mut self.cluster {
                     cluster.apply(&e);
                 }
@@ -474,10 +493,10 @@ impl Owner {
                 let mut reqs = Vec::new();
                 // A retried ADD with another host interface or addresses:
                 // the old programming goes first.
-                if let Some(old) = replaced
+                if let Some(old) = &replaced
                     && (old.host_ifname != endpoint.host_ifname || old.ips != endpoint.ips)
                 {
-                    reqs.extend(endpoint_removed(&old));
+                    reqs.extend(endpoint_removed(old));
                 }
                 match endpoint_added(&endpoint) {
                     Ok(r) => reqs.extend(r),
@@ -485,15 +504,36 @@ impl Owner {
                         warn!(handle = %endpoint.key.handle(), error = %e, "endpoint not programmable")
                     }
                 }
+                let pods: BTreeSet<_> = [pod_of(&endpoint)]
+                    .into_iter()
+                    .chain(replaced.as_deref().map(pod_of))
+                    .flatten()
+                    .collect();
                 self.endpoints.insert(endpoint.key.handle(), *endpoint);
+                self.policy_for(pods, &mut reqs);
                 out.push(apply(reqs));
             }
             EndpointChange::Removed(endpoint) => {
                 self.endpoints.remove(&endpoint.key.handle());
-                out.push(apply(endpoint_removed(&endpoint)));
+                let mut reqs = endpoint_removed(&endpoint);
+                self.policy_for(pod_of(&endpoint).into_iter().collect(), &mut reqs);
+                out.push(apply(reqs));
             }
         }
         self.count_endpoints();
+    }
+
+    /// The policy update for these pods' local endpoints, after `reqs`.
+    fn policy_for(
+        &mut self,
+        pods: BTreeSet<brindle_policy::program::EndpointKey>,
+        reqs: &mut Vec<VrouterRequest>,
+    ) {
+        let changes = pods
+            .iter()
+            .map(|p| local_pod(p, self.endpoints.values()))
+            .collect();
+        reqs.extend(self.policy.compile(changes));
     }
 
     fn count_endpoints(&self) {

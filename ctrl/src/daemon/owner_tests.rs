@@ -702,3 +702,78 @@ fn with_the_kubernetes_source_gc_gets_the_pods_once_listed_and_deleted_nodes_are
     );
     assert_eq!(pass.live_nodes, BTreeSet::from(["n1".to_owned()]));
 }
+
+fn policy_update(effects: &[Effect]) -> Option<&brindle_api::vrouter::PolicyUpdate> {
+    effects.iter().find_map(|e| match e {
+        Effect::Vrouter(Work::Apply(reqs)) => reqs.iter().find_map(|r| match r {
+            VrouterRequest::ApplyPolicy { update } => Some(update),
+            _ => None,
+        }),
+        _ => None,
+    })
+}
+
+#[test]
+fn policy_is_compiled_for_local_pods_and_sent_after_their_port() {
+    use brindle_policy::compile::Change;
+    use brindle_policy::resource::parse_documents;
+
+    let mut o = owner();
+    let docs = parse_documents(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: a}\n\
+         spec: {podSelector: {}}\n",
+    )
+    .unwrap();
+    let fx = run(
+        &mut o,
+        Event::Policy(docs.into_iter().map(Change::Apply).collect()),
+    );
+    assert!(
+        policy_update(&fx).is_none(),
+        "no local pod: nothing to send"
+    );
+    assert_eq!(
+        run(&mut o, Event::PolicyStored),
+        vec![Effect::Datastore(DatastoreRequest::ReadPolicy)]
+    );
+
+    let mut ep = endpoint("c1", "bri1", "10.244.0.5/32");
+    ep.pod.namespace = "a".into();
+    ep.pod.name = "p1".into();
+    let fx = run(
+        &mut o,
+        Event::Endpoint(EndpointChange::Added {
+            endpoint: Box::new(ep.clone()),
+            replaced: None,
+        }),
+    );
+    let Effect::Vrouter(Work::Apply(reqs)) = &fx[0] else {
+        panic!("{fx:?}")
+    };
+    assert!(
+        matches!(reqs[0], VrouterRequest::AddPorts { .. }),
+        "{reqs:?}"
+    );
+    let update = policy_update(&fx).expect("a program for a/p1");
+    assert_eq!(update.generation, 1);
+    assert_eq!(update.programs[0].endpoint.name, "p1");
+    let program = update.programs[0].program.as_ref().unwrap();
+    assert_eq!(program.ingress.tiers.len(), 1, "isolated for ingress");
+
+    // The pod goes: its program goes after its port.
+    let fx = run(
+        &mut o,
+        Event::Endpoint(EndpointChange::Removed(Box::new(ep))),
+    );
+    let update = policy_update(&fx).unwrap();
+    assert_eq!(update.generation, 2);
+    assert_eq!(update.programs[0].program, None);
+    // A Kubernetes event is a compiler change too.
+    let delete = brindle_kube::KubeEvent::Delete(brindle_policy::resource::ResourceKey {
+        kind: brindle_policy::resource::Kind::KubernetesNetworkPolicy,
+        namespace: Some("a".into()),
+        name: "deny".into(),
+    });
+    run(&mut o, Event::Kube(Box::new(delete)));
+    assert_eq!(o.policy.policy_count(), 0);
+}

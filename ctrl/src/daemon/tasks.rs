@@ -34,6 +34,7 @@ use crate::config::{Config, ConfigError};
 use crate::ctrl_api::CtrlRequest;
 use crate::health::Health;
 use crate::metrics::{Metrics, ReasonLabel, StateLabel};
+use crate::policy::PolicyWatch;
 use crate::programming::Work;
 use crate::programming::coalesce::MAX_ROUTES_PER_REQUEST;
 use crate::programming::dataplane::Dataplane;
@@ -261,6 +262,10 @@ pub struct DatastoreWorker {
     pub collector: Collector,
     /// Where the GC's releases are counted.
     pub metrics: Arc<Metrics>,
+    /// The datastore, for the policy watch.
+    pub store: Arc<dyn Datastore>,
+    /// The policy records and other nodes' endpoints as last read.
+    pub policy: PolicyWatch,
 }
 
 impl DatastoreWorker {
@@ -395,15 +400,27 @@ impl DatastoreWorker {
             .spawn(move || {
                 let _span = span.enter();
                 while let Ok(first) = rx.recv() {
-                    let (mut refresh, mut gc) = (false, None);
+                    let (mut refresh, mut gc, mut policy) = (false, None, false);
                     for request in std::iter::once(first).chain(rx.try_iter()) {
                         match request {
                             DatastoreRequest::Refresh => refresh = true,
                             DatastoreRequest::IpamGc(pass) => gc = Some(pass),
+                            DatastoreRequest::ReadPolicy => policy = true,
                         }
                     }
                     if let Some(pass) = gc {
                         self.gc(&pass);
+                    }
+                    if refresh || policy {
+                        match self.policy.poll(&*self.store) {
+                            Ok(changes) if changes.is_empty() => {}
+                            Ok(changes) => {
+                                if events.send(Event::Policy(changes)).is_err() {
+                                    return;
+                                }
+                            }
+                            Err(e) => warn!(error = %e, "reading policy records"),
+                        }
                     }
                     if refresh && events.send(Event::Datastore(self.refresh())).is_err() {
                         return;
@@ -536,7 +553,9 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let mut worker = DatastoreWorker {
             ipam: ipam.clone(),
-            registry: Registry::new(store, "/t/"),
+            registry: Registry::new(store.clone(), "/t/"),
+            store,
+            policy: PolicyWatch::new("/t/", "n1"),
             record: NodeRecord {
                 name: "n1".into(),
                 address: "10.99.0.11".parse().unwrap(),
