@@ -10,7 +10,11 @@
 //! `generated`. A frame waiting for its next hop's MAC is `neighbor_held`
 //! (a gauge) until it is sent or dropped. So, after every iteration:
 //!
-//! `rx_packets + generated == tx_packets + consumed + dropped() + neighbor_held`
+//! `rx_packets + generated + handed_dropped == tx_packets + consumed +
+//! dropped() + neighbor_held`
+//!
+//! (`handed_dropped`: frames another worker handed over for this worker's
+//! pod, dropped here by network policy; the sender counted them as sent.)
 //!
 //! (see [`Counters::balanced`]); the fuzz target and the tests assert it.
 

@@ -17,14 +17,18 @@
 //!    reachable (the vrouter is not a transit router);
 //! 6. TTL: <= 1 is answered with ICMP time exceeded (source: the node
 //!    address), built in place and routed back like any packet;
-//! 7. egress: the port, next-hop MAC (pod MAC, or the underlay neighbour from
+//! 7. network policy and the flow table, for packets from or to a pod
+//!    ([`crate::policy::Flows::check`]: a new flow classified, a tracked
+//!    one passed, drops `policy_denied`, `conntrack_full`,
+//!    `conntrack_invalid`);
+//! 8. egress: the port, next-hop MAC (pod MAC, or the underlay neighbour from
 //!    [`NeighTable`], whose miss sends a rate-limited ARP request and holds
 //!    the finished frame in [`HeldFrames`] until the reply) and MTU (minus
 //!    encapsulation overhead); too big with DF set is answered with ICMP
 //!    fragmentation needed carrying that MTU;
-//! 8. TTL decrement with an RFC 1624 incremental checksum, MAC rewrite, and
+//! 9. TTL decrement with an RFC 1624 incremental checksum, MAC rewrite, and
 //!    the outer headers written into the headroom for IPIP/VXLAN;
-//! 9. the frame joins its egress port's TX batch.
+//! 10. the frame joins its egress port's TX batch.
 //!
 //! Nothing here allocates: frames stay in their arena chunk from RX to TX
 //! (replies and ICMP errors reuse the received frame), TX batches are

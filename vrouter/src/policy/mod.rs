@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use brindle_policy::classify::{PolicyState, Verdict, classify};
-use brindle_policy::conntrack::{ConnTable, Outcome, Seen, Stats, Timeouts};
+use brindle_policy::conntrack::{ConnTable, Outcome, Seen, Stats, Timeouts, tcp_flags};
 use brindle_policy::program::{Direction, EndpointKey, Update};
 
 pub use brindle_policy::classify::ApplyError;
@@ -326,6 +326,22 @@ pub struct FlowStats {
     pub flows: u64,
     /// The policy generation this worker enforces.
     pub generation: u64,
+    /// Packets passed on the batch's last flow without a table lookup
+    /// (not in `table.tracked`).
+    pub batched: u64,
+}
+
+/// The last flow a batch passed: the next packet of the same flow, the
+/// same way, with the same TCP flags (no SYN, FIN or RST), would change
+/// nothing in its entry (same time, same state: Linux's ACK transitions
+/// are idempotent), so it passes without a lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LastFlow {
+    seen: Seen,
+    src: Option<PortId>,
+    dst: Option<PortId>,
+    from_host: bool,
+    flow: Flow,
 }
 
 /// One worker's flow table and its view of the policy.
@@ -342,6 +358,8 @@ pub struct Flows {
     now_ns: u64,
     last_sweep: u64,
     last_full_log: Option<Instant>,
+    last: Option<LastFlow>,
+    batched: u64,
 }
 
 impl Default for Flows {
@@ -364,6 +382,8 @@ impl Flows {
             now_ns: 0,
             last_sweep: 0,
             last_full_log: None,
+            last: None,
+            batched: 0,
         }
     }
 
@@ -407,6 +427,7 @@ impl Flows {
             table: self.table.as_ref().map(|t| t.stats()).unwrap_or_default(),
             flows: self.table.as_ref().map_or(0, |t| t.len() as u64),
             generation: self.view.generation(),
+            batched: self.batched,
         }
     }
 
@@ -416,6 +437,7 @@ impl Flows {
     #[inline]
     pub fn begin_batch(&mut self, now: Instant, host_port: bool) {
         self.host_port = host_port;
+        self.last = None;
         if let Some(r) = &mut self.reader {
             r.refresh();
             if !Arc::ptr_eq(&r.view, &self.view) {
@@ -521,6 +543,15 @@ impl Flows {
                 Ok(Flow::default())
             };
         };
+        if let Some(l) = &self.last
+            && l.seen == seen
+            && l.src == src_pod
+            && l.dst == dst_pod
+            && l.from_host == from_host
+        {
+            self.batched += 1;
+            return Ok(l.flow);
+        }
         let generation = src
             .map_or(0, |p| p.generation)
             .max(dst.map_or(0, |p| p.generation));
@@ -537,7 +568,20 @@ impl Flows {
             from_host: mark & MARK_FROM_HOST != 0,
         };
         match outcome {
-            Outcome::Tracked { .. } | Outcome::New(_) | Outcome::Revalidated(_) => Ok(flow),
+            Outcome::Tracked { .. } | Outcome::New(_) | Outcome::Revalidated(_) => {
+                let repeatable = seen.quoted.is_none()
+                    && (seen.tuple.protocol != 6
+                        || seen.tcp_flags & (tcp_flags::SYN | tcp_flags::FIN | tcp_flags::RST)
+                            == 0);
+                self.last = repeatable.then_some(LastFlow {
+                    seen,
+                    src: src_pod,
+                    dst: dst_pod,
+                    from_host,
+                    flow,
+                });
+                Ok(flow)
+            }
             Outcome::Related => Ok(Flow {
                 reply: true,
                 ..flow

@@ -118,3 +118,27 @@ fn a_flow_from_the_host_port_is_marked_and_its_replies_say_so() {
     );
     assert_eq!(f.stats().flows, 2);
 }
+
+#[test]
+fn a_flows_next_packet_in_the_same_batch_skips_the_lookup_but_not_across_batches_or_directions() {
+    use super::Flows;
+    let mut f = Flows::new();
+    let now = std::time::Instant::now();
+    f.begin_batch(now, true);
+    let fwd = udp4([10, 65, 0, 2], 40000, [10, 65, 0, 3], 80);
+    let back = udp4([10, 65, 0, 3], 80, [10, 65, 0, 2], 40000);
+    for _ in 0..3 {
+        assert!(f.check(&fwd, false, Some(0), Some(1), false).is_ok());
+    }
+    let s = f.stats();
+    assert_eq!((s.table.new, s.table.tracked, s.batched), (1, 0, 2));
+    // The other way is a lookup (it marks the flow replied).
+    let r = f
+        .check(&back, false, Some(1), Some(0), false)
+        .expect("passes");
+    assert!(r.reply);
+    f.begin_batch(now, true);
+    assert!(f.check(&back, false, Some(1), Some(0), false).is_ok());
+    let s = f.stats();
+    assert_eq!((s.table.tracked, s.batched), (2, 2));
+}
