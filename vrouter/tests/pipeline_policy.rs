@@ -9,7 +9,7 @@
 //! pass because the flow is tracked, and everything new towards A is
 //! denied.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use brindle_policy::compile::{Change, Compiler, EndpointInfo};
@@ -19,6 +19,7 @@ use brindle_vrouter::counters::{Counters, DropReason};
 use brindle_vrouter::demo::frames::ipip_frame;
 use brindle_vrouter::demo::{Node, addr::*, frames_diff, ports};
 use brindle_vrouter::endpoint::GATEWAY_MAC;
+use brindle_vrouter::fib::NextHop;
 use brindle_vrouter::frame::PortId;
 use brindle_vrouter::policy::{PolicyCell, PolicyView};
 use etherparse::PacketBuilder;
@@ -90,14 +91,25 @@ fn policed_node() -> (Node, Compiler, PolicyCell) {
         .into_iter()
         .map(Change::Apply)
         .collect();
-    for (name, ip) in [("a", POD_A), ("b", POD_B)] {
+    for (name, ip, ip6, port) in [
+        ("a", POD_A, A6, ports::POD_A),
+        ("b", POD_B, B6, ports::POD_B),
+    ] {
         changes.push(Change::Endpoint(
             key(name),
             Some(EndpointInfo {
-                addrs: vec![ip.into()],
+                addrs: vec![ip.into(), ip6.into()],
                 local: true,
             }),
         ));
+        // Dual stack: the pod's IPv6 address and its route.
+        if let Some(ep) = node.worker.pipeline_mut().ports_mut().get_mut(port) {
+            ep.addrs.push(ip6.into());
+        }
+        node.fib.insert(
+            format!("{ip6}/128").parse().expect("a prefix"),
+            NextHop::Local { port },
+        );
     }
     let update = compiler.apply(changes);
     let view = PolicyView::new()
@@ -164,6 +176,8 @@ fn finish(node: &Node) -> Counters {
     c
 }
 
+const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
+const B6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 3);
 const A: (Ipv4Addr, u16) = (POD_A, 40000);
 const B5000: (Ipv4Addr, u16) = (POD_B, 5000);
 
@@ -326,4 +340,51 @@ fn a_refused_update_changes_nothing() {
     assert!(cell.current().with_update(&stale).is_err());
     assert_eq!(cell.current().generation(), before);
     let _ = Arc::strong_count(&cell.current());
+}
+
+fn udp6(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    s: (Ipv6Addr, u16),
+    d: (Ipv6Addr, u16),
+    hops: u8,
+) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv6(s.0.octets(), d.0.octets(), hops)
+        .udp(s.1, d.1);
+    let mut out = Vec::with_capacity(b.size(8));
+    b.write(&mut out, &[0x42; 8]).expect("writes to a Vec");
+    out
+}
+
+#[test]
+fn ipv6_flows_meet_the_same_programs() {
+    let (mut node, _, _cell) = policed_node();
+    let (a, b) = ((A6, 40000), (B6, 5000));
+    let out = node.send(ports::POD_A, &udp6(POD_A_MAC, GATEWAY_MAC, a, b, 64));
+    assert_frames(
+        &out,
+        &[(ports::POD_B, udp6(GATEWAY_MAC, POD_B_MAC, a, b, 63))],
+    );
+    let out = node.send(ports::POD_B, &udp6(POD_B_MAC, GATEWAY_MAC, b, a, 64));
+    assert_frames(
+        &out,
+        &[(ports::POD_A, udp6(GATEWAY_MAC, POD_A_MAC, b, a, 63))],
+    );
+    assert!(
+        node.send(
+            ports::POD_B,
+            &udp6(POD_B_MAC, GATEWAY_MAC, (B6, 5001), a, 64)
+        )
+        .is_empty()
+    );
+    assert!(
+        node.send(
+            ports::POD_A,
+            &udp6(POD_A_MAC, GATEWAY_MAC, a, (B6, 5001), 64)
+        )
+        .is_empty()
+    );
+    let c = finish(&node);
+    assert_eq!(c.drops_for(DropReason::PolicyDenied), 2);
 }
