@@ -163,7 +163,13 @@ fn serve_enforces_network_policy_on_real_tcp_connections() -> Result<()> {
     let socket = dir.path().join("vrouter.sock");
     let _vrouter = Vrouter::start(
         &node,
-        &["serve", "--socket", socket.to_str().context("path")?],
+        &[
+            "serve",
+            "--socket",
+            socket.to_str().context("path")?,
+            "--metrics",
+            "127.0.0.1:9094",
+        ],
     )?;
     let mut c = Client::connect(&socket, Duration::from_secs(10))?;
     let _: Hello = c.call(&VrouterRequest::Hello {
@@ -222,6 +228,28 @@ fn serve_enforces_network_policy_on_real_tcp_connections() -> Result<()> {
     );
     let denied = drops(&mut c, "policy_denied")?;
     assert!(denied >= 3, "policy_denied = {denied}");
+
+    let metrics = in_netns(&node, || -> Result<String> {
+        let mut s = TcpStream::connect("127.0.0.1:9094")?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        Ok(text)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("metrics thread panicked"))??;
+    let flows_new: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("brindle_vrouter_worker_flows_new_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(flows_new >= 2, "flows_new = {flows_new}\n{metrics}");
+    assert!(
+        metrics.contains("reason=\"policy_denied\"")
+            && metrics.contains("brindle_vrouter_worker_policy_generation{"),
+        "{metrics}"
+    );
 
     // Open 8081 too: the change reaches the workers and the new port passes.
     let update = compiler.apply(

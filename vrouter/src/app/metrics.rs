@@ -110,6 +110,29 @@ pub fn render(snapshots: &[WorkerSnapshot], ports: &[PortRow], routes: u64) -> S
         "Frames waiting now for their next hop's MAC",
         held,
     );
+    let flows = Family::<WorkerLabels, Gauge>::default();
+    let generation = Family::<WorkerLabels, Gauge>::default();
+    for (i, snapshot) in snapshots.iter().enumerate() {
+        let w = WorkerLabels {
+            worker: i.to_string(),
+        };
+        flows
+            .get_or_create(&w)
+            .set(i64::try_from(snapshot.flows.flows).unwrap_or(i64::MAX));
+        generation
+            .get_or_create(&w)
+            .set(i64::try_from(snapshot.flows.generation).unwrap_or(i64::MAX));
+    }
+    registry.register(
+        "worker_flows",
+        "Flows in the worker's table now (expired ones until swept)",
+        flows,
+    );
+    registry.register(
+        "worker_policy_generation",
+        "The network policy generation the worker enforces",
+        generation,
+    );
     let rx_p = Family::<PortLabels, Counter>::default();
     let rx_b = Family::<PortLabels, Counter>::default();
     let tx_p = Family::<PortLabels, Counter>::default();
@@ -165,7 +188,7 @@ pub fn render(snapshots: &[WorkerSnapshot], ports: &[PortRow], routes: u64) -> S
 }
 
 /// Per-worker counter series: name and help, in [`worker_values`] order.
-const WORKER_SERIES: [(&str, &str); 19] = [
+const WORKER_SERIES: [(&str, &str); 23] = [
     ("worker_rx_packets", "Frames received by the worker"),
     ("worker_rx_bytes", "Bytes received by the worker"),
     ("worker_tx_packets", "Frames transmitted by the worker"),
@@ -206,9 +229,22 @@ const WORKER_SERIES: [(&str, &str); 19] = [
         "worker_neighbor_released",
         "Frames sent after waiting for their next hop's MAC",
     ),
+    (
+        "worker_flows_new",
+        "Flows classified, allowed and tracked (network policy)",
+    ),
+    (
+        "worker_flows_revalidated",
+        "Tracked flows reclassified under a newer policy and kept",
+    ),
+    ("worker_flows_expired", "Tracked flows that timed out"),
+    (
+        "worker_flows_full",
+        "New flows refused because the flow table was full",
+    ),
 ];
 
-fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 19] {
+fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 23] {
     let c = &snapshot.counters;
     let h = &snapshot.handoff;
     [
@@ -231,5 +267,9 @@ fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 19] {
         snapshot.cpu_user_us,
         snapshot.cpu_system_us,
         c.neighbor_released,
+        snapshot.flows.table.new,
+        snapshot.flows.table.revalidated,
+        snapshot.flows.table.expired,
+        snapshot.flows.table.full,
     ]
 }

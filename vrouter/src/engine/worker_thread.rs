@@ -24,6 +24,7 @@ use crate::fib::Fib;
 use crate::frame::FrameArena;
 use crate::frame::{Port, PortId};
 use crate::pipeline::PipelineConfig;
+use crate::policy::FlowStats;
 use crate::port::handoff::FrameHomes;
 use crate::worker::{HandoffStats, PortStats, Worker};
 
@@ -124,6 +125,8 @@ pub struct WorkerSnapshot {
     /// Its CPU time in the kernel, µs: sendto/recvfrom/poll, i.e. copy-mode
     /// TX and RX wake-ups.
     pub cpu_system_us: u64,
+    /// The flow table (network policy).
+    pub flows: FlowStats,
 }
 
 /// The calling thread's user and system CPU time in µs.
@@ -340,6 +343,7 @@ fn snapshot(worker: &Worker, stats: &Stats) -> WorkerSnapshot {
         remote: (0..worker.port_slots())
             .map(|i| worker.is_remote(i as PortId))
             .collect(),
+        flows: worker.pipeline().flows().stats(),
     }
 }
 
