@@ -214,12 +214,17 @@ impl PolicyView {
         src: Option<&PortPolicy>,
         dst: Option<&PortPolicy>,
         pkt: &brindle_policy::classify::Packet,
+        log: &mut LogLimit,
     ) -> Verdict {
         let sets = self.state.sets();
-        let side = |p: Option<&PortPolicy>, dir| {
-            p.and_then(|p| p.key.as_ref())
-                .and_then(|k| self.state.endpoint(k))
-                .map(|ep| classify(&ep.program, dir, sets, pkt))
+        let mut side = |p: Option<&PortPolicy>, dir| {
+            let key = p.and_then(|p| p.key.as_ref())?;
+            let ep = self.state.endpoint(key)?;
+            let v = classify(&ep.program, dir, sets, pkt);
+            if let Some((tier, rule)) = v.logged {
+                log.line(key, &ep.program, dir, tier, rule, v.allow, pkt);
+            }
+            Some(v)
         };
         let egress = side(src, Direction::Egress);
         if let Some(v) = egress
@@ -230,6 +235,65 @@ impl PolicyView {
         side(dst, Direction::Ingress)
             .or(egress)
             .unwrap_or(Verdict::NO_POLICY)
+    }
+}
+
+/// Calico's `Log` action: a line per classified packet that met a Log
+/// rule, at most [`LogLimit::PER_SECOND`] a second per worker (the rest
+/// counted and reported with the next line).
+#[derive(Debug, Default)]
+pub struct LogLimit {
+    now_ns: u64,
+    window: u64,
+    lines: u32,
+    suppressed: u64,
+}
+
+impl LogLimit {
+    /// Lines a worker writes per second at most.
+    pub const PER_SECOND: u32 = 10;
+
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn line(
+        &mut self,
+        key: &EndpointKey,
+        program: &brindle_policy::program::Program,
+        dir: Direction,
+        tier: u16,
+        rule: u32,
+        allow: bool,
+        pkt: &brindle_policy::classify::Packet,
+    ) {
+        let window = self.now_ns / 1_000_000_000;
+        if window != self.window {
+            self.window = window;
+            self.lines = 0;
+        }
+        if self.lines >= Self::PER_SECOND {
+            self.suppressed += 1;
+            return;
+        }
+        self.lines += 1;
+        // Taken here: the macro evaluates its fields only when enabled.
+        let suppressed = std::mem::take(&mut self.suppressed);
+        let (policy, index) = program
+            .rule_of(dir, tier, rule)
+            .map_or((String::new(), 0), |(p, i)| (p.to_string(), i));
+        tracing::info!(
+            endpoint = %key,
+            direction = ?dir,
+            policy,
+            rule = index,
+            allowed = allow,
+            src = %pkt.src,
+            dst = %pkt.dst,
+            protocol = pkt.protocol,
+            src_port = pkt.src_port,
+            dst_port = pkt.dst_port,
+            suppressed,
+            "policy log"
+        );
     }
 }
 
@@ -360,6 +424,7 @@ pub struct Flows {
     last_full_log: Option<Instant>,
     last: Option<LastFlow>,
     batched: u64,
+    log: LogLimit,
 }
 
 impl Default for Flows {
@@ -384,6 +449,7 @@ impl Flows {
             last_full_log: None,
             last: None,
             batched: 0,
+            log: LogLimit::default(),
         }
     }
 
@@ -560,8 +626,10 @@ impl Flows {
             .table
             .get_or_insert_with(|| ConnTable::new(capacity, Timeouts::default()));
         let mark = if from_host { MARK_FROM_HOST } else { 0 };
+        let log = &mut self.log;
+        log.now_ns = self.now_ns;
         let (outcome, mark) = table.process_marked(&seen, self.now_ns, generation, mark, |pkt| {
-            view.verdict(src, dst, pkt)
+            view.verdict(src, dst, pkt, log)
         });
         let flow = Flow {
             reply: matches!(outcome, Outcome::Tracked { reply: true }),

@@ -142,3 +142,21 @@ fn a_flows_next_packet_in_the_same_batch_skips_the_lookup_but_not_across_batches
     let s = f.stats();
     assert_eq!((s.table.tracked, s.batched), (2, 2));
 }
+
+#[test]
+fn log_lines_are_limited_per_second_and_the_rest_counted() {
+    use brindle_policy::classify::Packet;
+    use brindle_policy::program::{Direction, EndpointKey, Program};
+    let mut l = super::LogLimit::default();
+    let key = EndpointKey::new("demo", "a");
+    let pkt = Packet::ported([10, 0, 0, 1].into(), [10, 0, 0, 2].into(), 17, 1, 2);
+    let program = Program::default();
+    for _ in 0..12 {
+        l.line(&key, &program, Direction::Ingress, 0, 0, true, &pkt);
+    }
+    assert_eq!((l.lines, l.suppressed), (10, 2));
+    l.now_ns = 1_000_000_000;
+    l.line(&key, &program, Direction::Ingress, 0, 0, true, &pkt);
+    // The next second's first line reports (and resets) the suppressed.
+    assert_eq!((l.lines, l.suppressed), (1, 0));
+}
