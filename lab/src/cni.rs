@@ -44,6 +44,8 @@ pub(crate) struct Pod {
     pub node: u8,
     pub name: String,
     pub ip: Ipv4Addr,
+    /// `K8S_POD_NAMESPACE` and `K8S_POD_NAME` given at ADD and DEL.
+    pub k8s: (String, String),
     /// The chain's ADD result, which libcni caches for DEL.
     pub add_result: Value,
 }
@@ -113,6 +115,11 @@ pub(crate) fn load_conflist(n: u8) -> Result<NetConfList> {
 /// A pod: its netns, then the conflist's plugins ADDed in order, each
 /// getting the previous one's result (libcni's AddNetworkList).
 pub(crate) fn cni_add(n: u8, name: &str) -> Result<Pod> {
+    cni_add_as(n, name, ("lab", name))
+}
+
+/// [`cni_add`] of a pod the runtime names `k8s` (namespace, name).
+pub(crate) fn cni_add_as(n: u8, name: &str, k8s: (&str, &str)) -> Result<Pod> {
     ip(&["netns", "add", name])?;
     let list = load_conflist(n)?;
     let mut prev: Option<Value> = None;
@@ -122,7 +129,7 @@ pub(crate) fn cni_add(n: u8, name: &str) -> Result<Pod> {
             .context("plugin index")?;
         let mut attempt = 0;
         let result = loop {
-            match exec_plugin(n, name, "ADD", &conf) {
+            match exec_plugin(n, name, k8s, "ADD", &conf) {
                 Ok(r) => break r,
                 // CNI code 11: try again later (the vrouter not yet programmed).
                 Err(e) if i == 0 && attempt < 20 && e.to_string().contains("\"code\":11") => {
@@ -144,6 +151,7 @@ pub(crate) fn cni_add(n: u8, name: &str) -> Result<Pod> {
         node: n,
         name: name.to_owned(),
         ip,
+        k8s: (k8s.0.to_owned(), k8s.1.to_owned()),
         add_result: result,
     })
 }
@@ -157,7 +165,8 @@ pub(crate) fn cni_del(pod: &Pod) -> Result<()> {
         let conf = list
             .plugin_conf(i, &Map::new(), Some(&pod.add_result))
             .context("plugin index")?;
-        if let Err(e) = exec_plugin(pod.node, &pod.name, "DEL", &conf) {
+        let k8s = (pod.k8s.0.as_str(), pod.k8s.1.as_str());
+        if let Err(e) = exec_plugin(pod.node, &pod.name, k8s, "DEL", &conf) {
             first_error.get_or_insert(e);
         }
     }
@@ -166,7 +175,13 @@ pub(crate) fn cni_del(pod: &Pod) -> Result<()> {
 
 /// Execs one plugin of the chain, found in CNI_PATH, as a runtime on node
 /// `n` does: the CNI variables, the plugin config on stdin.
-pub(crate) fn exec_plugin(n: u8, pod: &str, command: &str, conf: &Value) -> Result<Value> {
+pub(crate) fn exec_plugin(
+    n: u8,
+    pod: &str,
+    k8s: (&str, &str),
+    command: &str,
+    conf: &Value,
+) -> Result<Value> {
     let kind = conf["type"]
         .as_str()
         .context("plugin config without type")?;
@@ -185,7 +200,10 @@ pub(crate) fn exec_plugin(n: u8, pod: &str, command: &str, conf: &Value) -> Resu
         .env("CNI_PATH", cni_bin_dir())
         .env(
             "CNI_ARGS",
-            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=lab;K8S_POD_NAME={pod}"),
+            format!(
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
+                k8s.0, k8s.1
+            ),
         )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

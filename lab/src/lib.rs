@@ -43,11 +43,13 @@ use serde_json::Value;
 mod cni;
 mod density;
 mod exec;
+mod policy;
 mod teardown;
 
 use cni::{CONFLIST, Pod, cni_add, cni_conf_dir, cni_del, install_cni};
 pub use density::DensityReport;
 use exec::{in_ns, ip, sh, sh_within, succeeds_within, wait_for};
+pub use policy::PolicyReport;
 use teardown::{OWNER, process_identity, running_owner, spawn_daemon};
 pub use teardown::{Stopped, Teardown, down, lab_namespaces};
 
@@ -88,6 +90,10 @@ pub struct LabConfig {
     /// Seconds over which the density step measures the idle vrouter
     /// (after as many to settle).
     pub density_idle_secs: u32,
+    /// Network policy cases run on real traffic (issue 15: nine pods in
+    /// three namespaces probed all pairs per case); 0 skips the step,
+    /// `usize::MAX` runs every case.
+    pub policy_cases: usize,
 }
 
 impl LabConfig {
@@ -104,6 +110,7 @@ impl LabConfig {
             keep: false,
             density: 0,
             density_idle_secs: 5,
+            policy_cases: 0,
         }
     }
 
@@ -187,6 +194,8 @@ pub struct LabReport {
     pub metric_names: std::collections::BTreeSet<String>,
     /// The density step's figures, when it ran.
     pub density: Option<DensityReport>,
+    /// The policy step's truth tables, when it ran.
+    pub policy: Option<PolicyReport>,
     /// The final teardown (none with `keep`).
     pub teardown: Option<Teardown>,
 }
@@ -198,6 +207,7 @@ impl LabReport {
             && self.pairs_total > 0
             && self.paths.iter().all(|p| p.kind == p.expected)
             && self.density.as_ref().is_none_or(DensityReport::success)
+            && self.policy.as_ref().is_none_or(PolicyReport::success)
     }
 }
 
@@ -354,6 +364,15 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
 
     step("all-pairs ping (3 each)");
     ping_matrix(pods, report);
+
+    if cfg.policy_cases > 0 {
+        step("network policy: 3 namespaces x 3 pods, TCP and UDP on 80 and 81, all pairs per case");
+        let p = policy::run(cfg, pods, cfg.policy_cases)?;
+        if !p.success() {
+            report.failed_step.get_or_insert_with(|| format!("{p}"));
+        }
+        report.policy = Some(p);
+    }
 
     if cfg.density > 0 {
         step(&format!(

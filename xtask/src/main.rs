@@ -384,11 +384,12 @@ fn lab(args: &[String]) -> Result<()> {
             "--subnets" => subnets = Some(value()?.parse()?),
             "--throughput-secs" => cfg.throughput_secs = value()?.parse()?,
             "--density" => cfg.density = value()?.parse()?,
+            "--policy" => cfg.policy_cases = usize::MAX,
             "--keep" => cfg.keep = true,
             "--no-build" => build = false,
             other => bail!(
                 "unknown lab option {other}: lab [--nodes N] [--pods P] \
-                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--density N] [--keep] [--no-build] | lab down"
+                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--density N] [--policy] [--keep] [--no-build] | lab down"
             ),
         }
     }
