@@ -530,6 +530,49 @@ mod tests {
     }
 
     #[test]
+    fn policy_sets_with_ipv6_ranges_and_named_ports_survive_the_tagged_request() {
+        // The request is an internally tagged enum: serde buffers it and has
+        // no 128-bit integers, so the sets' u128 addresses travel as strings.
+        use brindle_policy::ipset::{IpSet, PortSet, SetContent};
+        use brindle_policy::program::{SetId, SetUpdate};
+        let update = PolicyUpdate {
+            generation: 2,
+            sets: vec![
+                SetUpdate {
+                    id: SetId(1),
+                    content: Some(SetContent::Ports(PortSet::new([(
+                        "10.65.0.7".parse().unwrap(),
+                        6,
+                        81,
+                    )]))),
+                },
+                SetUpdate {
+                    id: SetId(2),
+                    content: Some(SetContent::Ips(IpSet::from_nets(&[
+                        "fd00::/64".parse().unwrap(),
+                        "10.0.0.0/8".parse().unwrap(),
+                    ]))),
+                },
+            ],
+            ..PolicyUpdate::default()
+        };
+        let req = VrouterRequest::ApplyPolicy { update };
+        let json = serde_json::to_string(&req).unwrap();
+        assert!(json.contains(r#"["::ffff:10.65.0.7",6,81]"#), "{json}");
+        assert_eq!(serde_json::from_str::<VrouterRequest>(&json).unwrap(), req);
+        let state = DesiredState {
+            policy: Some(match req {
+                VrouterRequest::ApplyPolicy { update } => update,
+                _ => unreachable!(),
+            }),
+            ..DesiredState::default()
+        };
+        let sync = VrouterRequest::Sync { state };
+        let json = serde_json::to_string(&sync).unwrap();
+        assert_eq!(serde_json::from_str::<VrouterRequest>(&json).unwrap(), sync);
+    }
+
+    #[test]
     fn macs_parse_strictly() {
         assert_eq!(
             "ee:ee:ee:ee:ee:ee".parse::<Mac>().unwrap(),

@@ -22,7 +22,9 @@ fn v6_bits(a: std::net::Ipv6Addr) -> u128 {
 pub struct IpSet {
     /// IPv4 ranges `(first, last)`.
     pub v4: Vec<(u32, u32)>,
-    /// IPv6 ranges `(first, last)`.
+    /// IPv6 ranges `(first, last)` (on the wire as address strings, see
+    /// [`wire`]).
+    #[serde(with = "wire::ranges")]
     pub v6: Vec<(u128, u128)>,
 }
 
@@ -179,7 +181,9 @@ impl IpSet {
 /// resolves to, sorted for binary search.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PortSet {
-    /// `(address as u128 (IPv4 mapped), protocol, port)`, sorted, unique.
+    /// `(address as u128 (IPv4 mapped), protocol, port)`, sorted, unique
+    /// (on the wire the address as an IPv6 string, see [`wire`]).
+    #[serde(with = "wire::ports")]
     pub entries: Vec<(u128, u8, u16)>,
 }
 
@@ -210,6 +214,58 @@ impl PortSet {
         self.entries
             .binary_search(&(addr_key(addr), protocol, port))
             .is_ok()
+    }
+}
+
+/// The `u128` addresses as IPv6 address strings on the wire: serde's
+/// buffering of internally tagged enums (the vrouter protocol's
+/// `{"op": "apply_policy", ...}`) has no 128-bit integers, so a set with an
+/// IPv6 range or a named port (an IPv4-mapped key) made the whole request,
+/// and every resync carrying it, unreadable ("u128 is not supported").
+pub mod wire {
+    use std::net::Ipv6Addr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// `Vec<(u128, u128)>` as `[[first, last], ...]` address strings.
+    pub mod ranges {
+        use super::*;
+
+        /// Serializes.
+        pub fn serialize<S: Serializer>(v: &[(u128, u128)], s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(
+                v.iter()
+                    .map(|&(a, b)| (Ipv6Addr::from(a), Ipv6Addr::from(b))),
+            )
+        }
+
+        /// Deserializes.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u128, u128)>, D::Error> {
+            let v: Vec<(Ipv6Addr, Ipv6Addr)> = Deserialize::deserialize(d)?;
+            Ok(v.into_iter()
+                .map(|(a, b)| (u128::from(a), u128::from(b)))
+                .collect())
+        }
+    }
+
+    /// `Vec<(u128, u8, u16)>` as `[[address, protocol, port], ...]`.
+    pub mod ports {
+        use super::*;
+
+        /// Serializes.
+        pub fn serialize<S: Serializer>(v: &[(u128, u8, u16)], s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(v.iter().map(|&(a, p, n)| (Ipv6Addr::from(a), p, n)))
+        }
+
+        /// Deserializes.
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Vec<(u128, u8, u16)>, D::Error> {
+            let v: Vec<(Ipv6Addr, u8, u16)> = Deserialize::deserialize(d)?;
+            Ok(v.into_iter()
+                .map(|(a, p, n)| (u128::from(a), p, n))
+                .collect())
+        }
     }
 }
 
