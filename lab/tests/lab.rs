@@ -1,6 +1,8 @@
 //! The lab smoke test: three nodes, two pods each, all-pairs ping through
 //! the real daemons and CNI plugin (and 40 more pods on node 1, each
-//! pinged), then nothing left behind.
+//! pinged), four of issue 15's network policy cases probed all pairs on
+//! real TCP and UDP with zero mismatches against brindle-policy's table,
+//! then nothing left behind.
 //!
 //! It execs the binaries `cargo xtask test` builds before the tests
 //! (`cargo build --workspace --bins`: they sit beside this test's `deps/`
@@ -84,6 +86,7 @@ fn three_nodes_two_pods_all_pairs_ping_forty_more_pods_answer_then_nothing_is_le
         throughput_secs: 0,
         density: 40,
         density_idle_secs: 2,
+        policy_cases: 4,
         ..LabConfig::new(bin_dir())
     };
     assert_eq!((cfg.encap.as_str(), cfg.subnets), ("ipip", 2));
@@ -97,6 +100,13 @@ fn three_nodes_two_pods_all_pairs_ping_forty_more_pods_answer_then_nothing_is_le
     assert_eq!(density.local_lost, Vec::<String>::new(), "{density}");
     assert_eq!(density.del_failures, Vec::<String>::new());
     assert_eq!(density.endpoints_left, 0);
+    // Issue 15's truth tables on real traffic: zero mismatches.
+    let policy = report.policy.as_ref().expect("the policy step ran");
+    assert_eq!(policy.mismatches, Vec::<String>::new(), "{policy}");
+    assert!(
+        policy.denied > 0 && policy.denied < policy.probes,
+        "{policy}"
+    );
     every_metric_the_dashboard_queries_is_exported(&report);
 }
 
