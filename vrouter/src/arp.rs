@@ -8,6 +8,11 @@
 //! for its address (duplicate address detection, gratuitous ARP) must hear
 //! nothing. The reply is built in place from the request frame.
 //!
+//! On the host port (the node's kernel behind `brindle0`) it answers only
+//! for what it carries: 169.254.1.1, the next hop of the kernel's routes
+//! into the vrouter, and addresses it routes elsewhere than back to the
+//! host (the pipeline decides with its FIB).
+//!
 //! On the uplink the vrouter answers nothing: the node's address belongs to
 //! the kernel. It learns the sender of replies addressed to the node and
 //! refreshes entries it already has from requests and gratuitous ARP
@@ -48,22 +53,49 @@ pub enum ArpAction {
     Malformed,
 }
 
-/// Handles an ARP frame received on a pod (or host) port: answers every
-/// request except those for `own` addresses with `our_mac`, in place.
+/// Handles an ARP frame received on a pod port: answers every request
+/// except those for `own` addresses with `our_mac`, in place.
 ///
 /// `frame` is the whole Ethernet frame and `l3` the offset of the ARP packet
 /// in it (after the tag, if any).
 pub fn on_pod_port(frame: &mut [u8], l3: usize, own: &[IpAddr], our_mac: [u8; 6]) -> ArpAction {
+    answer(frame, l3, our_mac, |target| {
+        !own.contains(&IpAddr::V4(target))
+    })
+}
+
+/// Handles an ARP frame received on the host port (the node's kernel):
+/// answers, in place with `our_mac`, the requests whose target `routed`
+/// says the vrouter carries (169.254.1.1, the next hop of the kernel's
+/// routes into the vrouter, and any address the vrouter routes somewhere
+/// other than back to the host), and nothing else: the kernel's own
+/// addresses, its probes and gratuitous announcements go unanswered.
+pub fn on_host_port(
+    frame: &mut [u8],
+    l3: usize,
+    our_mac: [u8; 6],
+    routed: impl FnOnce(Ipv4Addr) -> bool,
+) -> ArpAction {
+    answer(frame, l3, our_mac, routed)
+}
+
+/// Proxy ARP: turns a request whose target `wanted` accepts into the reply
+/// from `our_mac`, in place. The prefilter reads the target address with no
+/// validation: a request for an address not answered is dropped before any
+/// parsing, and a frame too short to hold one is malformed anyway.
+fn answer(
+    frame: &mut [u8],
+    l3: usize,
+    our_mac: [u8; 6],
+    wanted: impl FnOnce(Ipv4Addr) -> bool,
+) -> ArpAction {
     let Some(payload) = frame.get(l3..) else {
         return ArpAction::Malformed;
     };
-    // The prefilter reads the target address with no validation: a request
-    // for the pod's own address is dropped before any parsing, and a frame
-    // too short to hold one is malformed anyway.
     let Some(target) = arp::speculative_target_ip(payload) else {
         return ArpAction::Malformed;
     };
-    if own.contains(&IpAddr::V4(target)) {
+    if !wanted(target) {
         return ArpAction::Ignore;
     }
     let Ok(mut packet) = arp::Packet::new_checked(&mut frame[l3..]) else {
@@ -203,6 +235,24 @@ mod tests {
             ArpAction::Ignore
         );
         assert_eq!(probe, before, "an ignored frame is not touched");
+    }
+
+    #[test]
+    fn the_host_port_answers_only_what_the_vrouter_routes() {
+        let routed = |t: Ipv4Addr| t == Ipv4Addr::new(169, 254, 1, 1);
+        let mut f = request_for([169, 254, 1, 1]);
+        assert_eq!(
+            on_host_port(&mut f, 14, GATEWAY_MAC, routed),
+            ArpAction::Reply { len: 42 }
+        );
+        assert_eq!(&f[22..28], &GATEWAY_MAC, "the sender MAC of the reply");
+        let mut other = request_for([192, 168, 0, 1]);
+        let before = other.clone();
+        assert_eq!(
+            on_host_port(&mut other, 14, GATEWAY_MAC, routed),
+            ArpAction::Ignore
+        );
+        assert_eq!(other, before, "an ignored frame is not touched");
     }
 
     #[test]

@@ -75,11 +75,15 @@ pub enum DropReason {
     /// No tracked state accepts it: out-of-state TCP, an ICMP error about
     /// no flow, a fragment or truncated L4 header of a policed pod.
     ConntrackInvalid,
+    /// The host port sent a packet whose route leads back to the host (the
+    /// kernel routed into the vrouter what the vrouter routes to the
+    /// kernel): dropped rather than looped until its TTL runs out.
+    HostHairpin,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 20] = [
+    pub const ALL: [DropReason; 21] = [
         DropReason::ParseError,
         DropReason::Spoofed,
         DropReason::NoRoute,
@@ -100,6 +104,7 @@ impl DropReason {
         DropReason::PolicyDenied,
         DropReason::ConntrackFull,
         DropReason::ConntrackInvalid,
+        DropReason::HostHairpin,
     ];
 
     /// Stable snake_case name (metrics label).
@@ -125,6 +130,7 @@ impl DropReason {
             DropReason::PolicyDenied => "policy_denied",
             DropReason::ConntrackFull => "conntrack_full",
             DropReason::ConntrackInvalid => "conntrack_invalid",
+            DropReason::HostHairpin => "host_hairpin",
         }
     }
 }

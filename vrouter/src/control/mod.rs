@@ -27,7 +27,7 @@ use ipnet::IpNet;
 pub use self::effects::{Effect, Effects, Recording};
 use self::hops::NextHops;
 use self::steering::steering_delta;
-use crate::endpoint::{Endpoint, PortKind};
+use crate::endpoint::{Endpoint, GATEWAY_MAC, PortKind};
 use crate::engine::{Backend, EngineError, WorkerSnapshot};
 use crate::fib::{Encap, FibChange, NextHop};
 use crate::frame::PortId;
@@ -291,6 +291,13 @@ impl<E: Effects> Control<E> {
                 };
                 (e, role)
             }
+            // A TAP host port (`brindle0`): the interface is the kernel's
+            // end, so its MAC is the peer's and the vrouter speaks as the
+            // pods' gateway (the kernel resolves 169.254.1.1 to it).
+            api::PortKind::Host if matches!(spec.device, api::PortDevice::Tap { .. }) => (
+                Endpoint::host(GATEWAY_MAC, peer.unwrap_or(mac), mtu),
+                Role::Uplink,
+            ),
             api::PortKind::Host => (
                 Endpoint {
                     kind: PortKind::Host,

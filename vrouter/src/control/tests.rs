@@ -430,3 +430,26 @@ fn policy_updates_apply_all_or_nothing_and_pod_workloads_reach_the_workers() {
     // The pod left with the sync: its slot has no workload any more.
     assert_eq!(policies(&c).last(), Some(&(1, vec![])));
 }
+
+#[test]
+fn a_tap_host_port_speaks_as_the_gateway_to_the_kernels_mac() {
+    let kernel_mac = [2, 0, 0, 0, 0xb0, 0];
+    let rec = Recording::new(2).with_link("brindle0", kernel_mac);
+    let mut c = Control::new(rec, PipelineConfig::new(Ipv4Addr::UNSPECIFIED, 24));
+    let mut host = port("brindle0", PortKind::Host, &[]);
+    host.device = api::PortDevice::Tap {
+        netns: None,
+        ifname: "brindle0".into(),
+        queues: 2,
+    };
+    assert_eq!(changed(&mut c, R::AddPorts { ports: vec![host] }), 1);
+    let attached = c.effects_mut().take().into_iter().find_map(|e| match e {
+        Effect::Attach { endpoint, .. } => Some(endpoint),
+        _ => None,
+    });
+    assert_eq!(
+        attached,
+        Some(Endpoint::host(GATEWAY_MAC, kernel_mac, 1500)),
+        "our MAC is the pods' gateway's, the peer is brindle0's own"
+    );
+}

@@ -277,6 +277,10 @@ impl Pipeline {
             // transit, no hairpin back into the underlay.
             return Verdict::Drop(DropReason::NotForUs);
         }
+        if kind == PortKind::Host && !local && nh == NextHop::Host {
+            // What the kernel routed into the vrouter never goes back to it.
+            return Verdict::Drop(DropReason::HostHairpin);
+        }
         if !local && m.ttl <= 1 {
             return self.icmp_error(
                 buf,

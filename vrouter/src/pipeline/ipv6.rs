@@ -136,6 +136,9 @@ impl Pipeline {
         {
             return Verdict::Drop(DropReason::NotForUs);
         }
+        if kind == PortKind::Host && !local && nh == NextHop::Host {
+            return Verdict::Drop(DropReason::HostHairpin);
+        }
         if !local && m.hop_limit <= 1 {
             return self.icmpv6_error(
                 buf,

@@ -6,15 +6,19 @@
 //! 1. classify: Ethernet (one 802.1Q tag allowed) -> ARP, IPv4, IPv6 (proxy
 //!    NDP, then routed natively by LPM with a hop-limit decrement and
 //!    ICMPv6 errors, see `ipv6.rs`), or dropped as an unknown ethertype;
-//! 2. ARP: proxy ARP on pod ports (reply built in place), learning on the
-//!    uplink ([`crate::arp`]);
+//! 2. ARP: proxy ARP on pod ports (reply built in place) and on the host
+//!    port (for what the vrouter routes), learning on the uplink
+//!    ([`crate::arp`]); the host port's frames also keep the kernel's MAC
+//!    behind it current;
 //! 3. decap, on the uplink only: IPIP to the node address, VXLAN to the node
 //!    address on the VTEP's UDP port and VNI, from a known node when the
 //!    tunnel peer allow-list is on;
 //! 4. anti-spoof, on pod ports only: the source must be one of the pod's
 //!    addresses;
 //! 5. LPM in the FIB; from the uplink only local pods and the host are
-//!    reachable (the vrouter is not a transit router);
+//!    reachable (the vrouter is not a transit router); from the host port
+//!    anything but the host again (no hairpin), with no source check and
+//!    never a decapsulation;
 //! 6. TTL: <= 1 is answered with ICMP time exceeded (source: the node
 //!    address), built in place and routed back like any packet;
 //! 7. network policy and the flow table, for packets from or to a pod
@@ -46,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use crate::arp::{self, ArpAction};
 use crate::counters::{Counters, DropReason};
-use crate::endpoint::{PortKind, PortTable};
+use crate::endpoint::{GATEWAY_V4, PortKind, PortTable};
 use crate::fib::{FibReader, FibSnapshot, NextHop};
 use crate::frame::{FrameArena, FrameDesc, PortId};
 use crate::neigh::{FastHasher, HeldFrame, HeldFrames, MissAction, NeighTable};
@@ -640,12 +644,14 @@ impl Pipeline {
         };
         let ethertype = eth.ethertype();
         let l3 = start + eth.header_len();
-        if kind == PortKind::Pod {
-            self.learn_pod_mac(ingress, eth.src_addr().0);
+        match kind {
+            PortKind::Pod => self.learn_pod_mac(ingress, eth.src_addr().0),
+            PortKind::Host => self.learn_host_mac(ingress, eth.src_addr().0),
+            PortKind::Uplink => {}
         }
         match ethertype {
             EtherType::Ipv4 => self.ipv4(buf, ingress, start, l3, end, cx),
-            EtherType::Arp => self.arp(buf, ingress, kind, start, l3, end),
+            EtherType::Arp => self.arp(buf, ingress, kind, start, l3, end, cx),
             EtherType::Ipv6 => self.ipv6(buf, ingress, start, l3, end, cx),
             _ => Verdict::Drop(DropReason::UnknownEthertype),
         }
@@ -663,6 +669,22 @@ impl Pipeline {
         }
     }
 
+    /// Follows the kernel's MAC behind the host port (the far end of
+    /// `brindle0`): every frame the kernel sends carries it, so a MAC that
+    /// changes (`ip link set brindle0 address`) is the destination of the
+    /// next frame to the host.
+    #[inline]
+    fn learn_host_mac(&mut self, port: PortId, src: [u8; 6]) {
+        if let Some(ep) = self.ports.get_mut(port)
+            && ep.peer_mac != Some(src)
+            && src[0] & 1 == 0
+            && src != [0; 6]
+        {
+            ep.peer_mac = Some(src);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn arp(
         &mut self,
         buf: &mut [u8],
@@ -671,17 +693,23 @@ impl Pipeline {
         start: usize,
         l3: usize,
         end: usize,
+        cx: &Cx,
     ) -> Verdict {
         let frame = &mut buf[start..end];
         let l3 = l3 - start;
+        let Some(ep) = self.ports.get(ingress) else {
+            return Verdict::Drop(DropReason::NotForUs);
+        };
         let action = match kind {
             PortKind::Uplink => arp::on_uplink(frame, l3, self.cfg.node_v4),
-            PortKind::Pod | PortKind::Host => {
-                let Some(ep) = self.ports.get(ingress) else {
-                    return Verdict::Drop(DropReason::NotForUs);
-                };
-                arp::on_pod_port(frame, l3, &ep.addrs, ep.mac)
-            }
+            PortKind::Pod => arp::on_pod_port(frame, l3, &ep.addrs, ep.mac),
+            PortKind::Host => arp::on_host_port(frame, l3, ep.mac, |target| {
+                target == GATEWAY_V4
+                    || cx
+                        .fib
+                        .lookup_v4(target)
+                        .is_some_and(|nh| !matches!(nh, NextHop::Host | NextHop::Blackhole))
+            }),
         };
         match action {
             ArpAction::Reply { len } => {

@@ -1,0 +1,220 @@
+//! The host port (`brindle0`, the node's kernel behind a TAP) on the demo
+//! node, through in-memory ports: proxy ARP for what the vrouter routes,
+//! frames to the kernel's MAC, host → pods (local and remote) with no
+//! source check, pods → the host for everything outside the pools, no
+//! hairpin back to the host, never a decapsulation, and ICMP errors back
+//! through the host port. Exact bytes out (etherparse builds the expected
+//! frames), counters balanced, no frame leaked.
+
+use std::net::Ipv4Addr;
+
+use brindle_vrouter::counters::{Counters, DropReason};
+use brindle_vrouter::demo::frames::{self, ipv4_header, udp_frame, udp_packet};
+use brindle_vrouter::demo::{MTU, Node, addr::*, frames_diff, ports};
+use brindle_vrouter::endpoint::{Endpoint, GATEWAY_MAC, GATEWAY_V4};
+use brindle_vrouter::fib::NextHop;
+use brindle_vrouter::frame::PortId;
+use brindle_vrouter::port::memory::MemoryPort;
+use etherparse::{Icmpv4Header, Icmpv4Type, icmpv4};
+
+const PAYLOAD: [u8; 18] = [0x42; 18];
+/// The kernel's end of `brindle0`.
+const HOST_MAC: [u8; 6] = [0x02, 0xb0, 0x00, 0x00, 0x00, 0x01];
+/// Slot of the host port, after pod A, pod B and the uplink.
+const HOST: PortId = 3;
+/// Outside every pool and every node: the internet, a Service's ClusterIP.
+const OUTSIDE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 7);
+
+/// The demo node with a host port and the default route to it, as ctrl
+/// programs a node with `brindle0`.
+fn node() -> Node {
+    node_with_mtu(MTU)
+}
+
+fn node_with_mtu(mtu: u32) -> Node {
+    let mut node = Node::new();
+    let (port, handle) = MemoryPort::new("brindle0", GATEWAY_MAC, mtu);
+    let id = node
+        .worker
+        .add_port(Box::new(port), Endpoint::host(GATEWAY_MAC, HOST_MAC, mtu));
+    assert_eq!(id, HOST);
+    node.handles.push(handle);
+    node.fib.insert("0.0.0.0/0".parse().unwrap(), NextHop::Host);
+    node
+}
+
+fn assert_frames(got: &[(PortId, Vec<u8>)], want: &[(PortId, Vec<u8>)]) {
+    if let Some(diff) = frames_diff(got, want) {
+        panic!("frames differ\n{diff}");
+    }
+}
+
+fn finish(node: &Node) -> Counters {
+    let c = node.worker.counters();
+    assert!(c.balanced(), "counters do not balance: {c:?}");
+    assert!(node.no_frame_leaked(), "a frame leaked from the arena");
+    c
+}
+
+fn from_host(src: Ipv4Addr, dst: Ipv4Addr, ttl: u8) -> Vec<u8> {
+    udp_frame(HOST_MAC, GATEWAY_MAC, src, dst, ttl, &PAYLOAD)
+}
+
+#[test]
+fn the_kernels_arp_for_the_gateway_is_answered_with_the_ee_mac() {
+    let mut node = node();
+    let out = node.send(HOST, &frames::arp_request(HOST_MAC, NODE, GATEWAY_V4));
+    #[rustfmt::skip]
+    let want = vec![
+        0x02, 0xb0, 0x00, 0x00, 0x00, 0x01, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0x08, 0x06,
+        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x02,
+        0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 169, 254, 1, 1,
+        0x02, 0xb0, 0x00, 0x00, 0x00, 0x01, 192, 168, 0, 1,
+    ];
+    assert_frames(&out, &[(HOST, want)]);
+    // What the vrouter carries (a local pod, a remote block) is answered
+    // too; what it would hand back to the kernel (the node's own address,
+    // the outside) or drops (a blackhole) is not.
+    for target in [POD_A, REMOTE_POD_IPIP] {
+        let out = node.send(HOST, &frames::arp_request(HOST_MAC, NODE, target));
+        assert_eq!(out.len(), 1, "{target} answered");
+    }
+    for target in [NODE, OUTSIDE, BLACKHOLED] {
+        let out = node.send(HOST, &frames::arp_request(HOST_MAC, NODE, target));
+        assert!(out.is_empty(), "{target} not answered: {out:?}");
+    }
+    let c = finish(&node);
+    assert_eq!(c.arp_replies, 3);
+    assert_eq!(c.drops_for(DropReason::NotForUs), 3);
+}
+
+#[test]
+fn the_host_reaches_a_local_pod_from_any_source() {
+    let mut node = node();
+    // The node's address, and one the kernel forwards (outside → NodePort
+    // → DNAT keeps the client's source): no anti-spoofing on the host port.
+    for src in [NODE, OUTSIDE] {
+        let out = node.send(HOST, &from_host(src, POD_A, 64));
+        let want = udp_frame(GATEWAY_MAC, POD_A_MAC, src, POD_A, 63, &PAYLOAD);
+        assert_frames(&out, &[(ports::POD_A, want)]);
+    }
+    let c = finish(&node);
+    assert_eq!((c.forwarded, c.dropped()), (2, 0));
+}
+
+#[test]
+fn the_host_reaches_a_remote_pod_through_the_tunnel() {
+    let mut node = node();
+    let out = node.send(HOST, &from_host(NODE, REMOTE_POD_IPIP, 64));
+    let inner = udp_packet(NODE, REMOTE_POD_IPIP, 63, &PAYLOAD);
+    let mut outer = ipv4_header(NODE, REMOTE_IPIP, 4, inner.len(), 63, 1, true, 0);
+    outer.extend_from_slice(&inner);
+    let want = frames::ethernet(UPLINK_MAC, REMOTE_IPIP_MAC, 0x0800, &outer);
+    assert_frames(&out, &[(ports::UPLINK, want)]);
+    assert_eq!(finish(&node).encap_ipip, 1);
+}
+
+#[test]
+fn a_pod_reaches_the_node_and_beyond_through_the_host_port() {
+    let mut node = node();
+    for dst in [NODE, REMOTE_IPIP, OUTSIDE] {
+        let f = udp_frame(POD_A_MAC, GATEWAY_MAC, POD_A, dst, 64, &PAYLOAD);
+        let out = node.send(ports::POD_A, &f);
+        let want = udp_frame(GATEWAY_MAC, HOST_MAC, POD_A, dst, 63, &PAYLOAD);
+        assert_frames(&out, &[(HOST, want)]);
+    }
+    // A pod's forged source is dropped whatever the destination.
+    let f = udp_frame(POD_A_MAC, GATEWAY_MAC, POD_B, OUTSIDE, 64, &PAYLOAD);
+    assert!(node.send(ports::POD_A, &f).is_empty());
+    let c = finish(&node);
+    assert_eq!(c.forwarded, 3);
+    assert_eq!(c.drops_for(DropReason::Spoofed), 1);
+}
+
+#[test]
+fn frames_to_the_host_follow_the_kernels_mac() {
+    let mut node = node();
+    let moved = [0x02, 0xb0, 0, 0, 0, 0x99];
+    // Any frame from the kernel carries its MAC (here an ARP request).
+    node.send(HOST, &frames::arp_request(moved, NODE, GATEWAY_V4));
+    let f = udp_frame(POD_A_MAC, GATEWAY_MAC, POD_A, OUTSIDE, 64, &PAYLOAD);
+    let out = node.send(ports::POD_A, &f);
+    let want = udp_frame(GATEWAY_MAC, moved, POD_A, OUTSIDE, 63, &PAYLOAD);
+    assert_frames(&out, &[(HOST, want)]);
+    finish(&node);
+}
+
+#[test]
+fn what_the_host_routes_back_to_itself_is_a_counted_hairpin_drop() {
+    let mut node = node();
+    assert!(node.send(HOST, &from_host(NODE, OUTSIDE, 64)).is_empty());
+    let c = finish(&node);
+    assert_eq!(c.drops_for(DropReason::HostHairpin), 1);
+    assert_eq!(c.tx_packets, 0);
+}
+
+#[test]
+fn tunnels_from_the_host_port_are_never_decapsulated() {
+    let mut node = node();
+    // IPIP and VXLAN to the node's address, as a local process (or a pod
+    // behind the kernel) might forge them: never unwrapped into a pod.
+    let inner = udp_packet(REMOTE_POD_IPIP, POD_A, 64, &PAYLOAD);
+    let ipip = frames::ipip_frame(HOST_MAC, GATEWAY_MAC, REMOTE_IPIP, NODE, &inner);
+    assert!(node.send(HOST, &ipip).is_empty());
+    let inner_eth = udp_frame([2; 6], GATEWAY_MAC, REMOTE_POD_VXLAN, POD_A, 64, &PAYLOAD);
+    let vxlan = frames::vxlan_frame(
+        HOST_MAC,
+        GATEWAY_MAC,
+        REMOTE_VXLAN,
+        NODE,
+        40000,
+        brindle_vrouter::demo::VNI,
+        &inner_eth,
+        0,
+    );
+    assert!(node.send(HOST, &vxlan).is_empty());
+    let c = finish(&node);
+    assert_eq!((c.decap_ipip, c.decap_vxlan), (0, 0));
+    assert_eq!(c.drops_for(DropReason::HostHairpin), 2);
+}
+
+#[test]
+fn ttl_expiry_from_the_host_is_answered_through_the_host_port() {
+    let mut node = node();
+    let sent = from_host(NODE, POD_A, 1);
+    let out = node.send(HOST, &sent);
+    let quoted = &sent[14..14 + 28];
+    let error = Icmpv4Type::TimeExceeded(icmpv4::TimeExceededCode::TtlExceededInTransit);
+    let icmp = Icmpv4Header::with_checksum(error, quoted);
+    let mut ip = ipv4_header(
+        NODE,
+        NODE,
+        1,
+        icmp.header_len() + quoted.len(),
+        64,
+        1,
+        false,
+        0xc0,
+    );
+    ip.extend_from_slice(&icmp.to_bytes());
+    ip.extend_from_slice(quoted);
+    let want = frames::ethernet(GATEWAY_MAC, HOST_MAC, 0x0800, &ip);
+    assert_frames(&out, &[(HOST, want)]);
+    assert_eq!(finish(&node).icmp_generated, 1);
+}
+
+#[test]
+fn a_pods_packet_too_big_for_the_host_port_is_answered_with_its_mtu() {
+    let mut node = node_with_mtu(1400);
+    let big = [0u8; 1400];
+    let f = udp_frame(POD_A_MAC, GATEWAY_MAC, POD_A, OUTSIDE, 64, &big);
+    let out = node.send(ports::POD_A, &f);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].0, ports::POD_A);
+    let ip = &out[0].1[14..];
+    // ICMP type 3 code 4, next-hop MTU 1400.
+    assert_eq!((ip[20], ip[21]), (3, 4));
+    assert_eq!(u16::from_be_bytes([ip[26], ip[27]]), 1400);
+    let c = finish(&node);
+    assert_eq!((c.icmp_generated, c.forwarded), (1, 0));
+}
