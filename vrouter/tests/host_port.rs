@@ -218,3 +218,79 @@ fn a_pods_packet_too_big_for_the_host_port_is_answered_with_its_mtu() {
     let c = finish(&node);
     assert_eq!((c.icmp_generated, c.forwarded), (1, 0));
 }
+
+/// A ClusterIP, DNATed by the node's kernel (kube-proxy's rules).
+const CLUSTER_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+
+/// The reply way of `udp_frame`'s datagram: ports swapped.
+fn udp_reply(src_mac: [u8; 6], dst_mac: [u8; 6], src: Ipv4Addr, dst: Ipv4Addr, ttl: u8) -> Vec<u8> {
+    let (a, b) = frames::UDP_PORTS;
+    let builder = etherparse::PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv4(src.octets(), dst.octets(), ttl)
+        .udp(b, a);
+    let mut v = Vec::new();
+    builder.write(&mut v, &PAYLOAD).unwrap();
+    // As `udp_packet`: DF set, IP ID 0 (Linux with path MTU discovery).
+    let mut ip = etherparse::Ipv4HeaderSlice::from_slice(&v[14..])
+        .unwrap()
+        .to_header();
+    ip.dont_fragment = true;
+    ip.header_checksum = ip.calc_header_checksum();
+    v[14..34].copy_from_slice(&ip.to_bytes());
+    v
+}
+
+#[test]
+fn a_service_backends_reply_goes_back_through_the_kernel_to_be_un_dnated() {
+    let mut node = node();
+    // Pod A → ClusterIP: to the kernel.
+    let f = udp_frame(POD_A_MAC, GATEWAY_MAC, POD_A, CLUSTER_IP, 64, &PAYLOAD);
+    let out = node.send(ports::POD_A, &f);
+    let want = udp_frame(GATEWAY_MAC, HOST_MAC, POD_A, CLUSTER_IP, 63, &PAYLOAD);
+    assert_frames(&out, &[(HOST, want)]);
+    // The kernel DNATs to pod B on this node and hands it back.
+    let out = node.send(HOST, &from_host(POD_A, POD_B, 63));
+    let want = udp_frame(GATEWAY_MAC, POD_B_MAC, POD_A, POD_B, 62, &PAYLOAD);
+    assert_frames(&out, &[(ports::POD_B, want)]);
+    // B's reply to A goes to the kernel, not straight to A.
+    let reply = udp_reply(POD_B_MAC, GATEWAY_MAC, POD_B, POD_A, 64);
+    let out = node.send(ports::POD_B, &reply);
+    let want = udp_reply(GATEWAY_MAC, HOST_MAC, POD_B, POD_A, 63);
+    assert_frames(&out, &[(HOST, want)]);
+    // The kernel un-DNATs it (source: the ClusterIP) and sends it to A.
+    let undone = udp_reply(HOST_MAC, GATEWAY_MAC, CLUSTER_IP, POD_A, 63);
+    let out = node.send(HOST, &undone);
+    let want = udp_reply(GATEWAY_MAC, POD_A_MAC, CLUSTER_IP, POD_A, 62);
+    assert_frames(&out, &[(ports::POD_A, want)]);
+    let c = finish(&node);
+    assert_eq!((c.forwarded, c.dropped()), (4, 0));
+}
+
+#[test]
+fn a_reply_of_a_pods_own_flow_goes_straight_back_to_the_pod() {
+    let mut node = node();
+    let f = udp_frame(POD_A_MAC, GATEWAY_MAC, POD_A, POD_B, 64, &PAYLOAD);
+    assert_eq!(node.send(ports::POD_A, &f)[0].0, ports::POD_B);
+    let reply = udp_reply(POD_B_MAC, GATEWAY_MAC, POD_B, POD_A, 64);
+    let out = node.send(ports::POD_B, &reply);
+    let want = udp_reply(GATEWAY_MAC, POD_A_MAC, POD_B, POD_A, 63);
+    assert_frames(&out, &[(ports::POD_A, want)]);
+    finish(&node);
+}
+
+#[test]
+fn a_remote_backends_reply_from_the_tunnel_goes_back_through_the_kernel() {
+    let mut node = node();
+    // The kernel DNATed pod A's ClusterIP packet to a pod on another node.
+    let out = node.send(HOST, &from_host(POD_A, REMOTE_POD_IPIP, 63));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, ports::UPLINK);
+    // The backend's reply arrives through the tunnel: to the kernel.
+    let inner = &udp_reply([0; 6], [0; 6], REMOTE_POD_IPIP, POD_A, 63)[14..];
+    let f = frames::ipip_frame(REMOTE_IPIP_MAC, UPLINK_MAC, REMOTE_IPIP, NODE, inner);
+    let out = node.send(ports::UPLINK, &f);
+    let want = udp_reply(GATEWAY_MAC, HOST_MAC, REMOTE_POD_IPIP, POD_A, 62);
+    assert_frames(&out, &[(HOST, want)]);
+    let c = finish(&node);
+    assert_eq!((c.decap_ipip, c.dropped()), (1, 0));
+}

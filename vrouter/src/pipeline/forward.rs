@@ -9,6 +9,7 @@ use crate::counters::DropReason;
 use crate::endpoint::PortKind;
 use crate::fib::{Encap, NextHop};
 use crate::frame::PortId;
+use crate::policy::Flow;
 use crate::wire::encap::{self, IpipEncap, OuterHeader, VxlanEncap};
 use crate::wire::ethernet::{self, EtherType, EthernetRepr, MacAddr};
 use crate::wire::icmpv4::Icmpv4Error;
@@ -291,9 +292,9 @@ impl Pipeline {
                 cx,
             );
         }
-        // Network policy and the flow table (issue 15); `_flow` says
+        // Network policy and the flow table (issue 15); `flow` says
         // whether this is a reply of a flow that entered from the host.
-        let _flow = if local {
+        let flow = if local {
             Default::default()
         } else {
             match self.police(buf, kind, nh, m.l3, m.l3 + m.len, false, cx) {
@@ -301,6 +302,7 @@ impl Pipeline {
                 Err(reason) => return Verdict::Drop(reason),
             }
         };
+        let nh = reply_route(kind, nh, flow);
         let plan = match self.plan_v4(nh) {
             Ok(p) => p,
             Err(v) => return v,
@@ -505,6 +507,20 @@ impl Pipeline {
                 }
             }
         }
+    }
+}
+
+/// Where a routed packet goes once the flow table has seen it: the reply of
+/// a flow whose first packet entered from the host port goes back to the
+/// host whatever its route, so the kernel's conntrack sees both directions
+/// and reverses its DNAT (pod → ClusterIP with the backend a pod: the
+/// backend's reply must be un-DNATed to come from the ClusterIP).
+#[inline]
+pub(super) fn reply_route(kind: PortKind, nh: NextHop, flow: Flow) -> NextHop {
+    if flow.reply && flow.from_host && kind != PortKind::Host {
+        NextHop::Host
+    } else {
+        nh
     }
 }
 

@@ -149,7 +149,7 @@ impl Pipeline {
                 cx,
             );
         }
-        let _flow = if local {
+        let flow = if local {
             Default::default()
         } else {
             match self.police(buf, kind, nh, m.l3, m.l3 + m.len, true, cx) {
@@ -157,6 +157,7 @@ impl Pipeline {
                 Err(reason) => return Verdict::Drop(reason),
             }
         };
+        let nh = super::forward::reply_route(kind, nh, flow);
         let plan = match nh {
             NextHop::Local { port } => self.direct(port, None),
             NextHop::Host => match self.ports.host() {
