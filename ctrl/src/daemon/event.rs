@@ -55,8 +55,9 @@ pub enum Event {
     /// (the datastore thread's [`crate::policy::PolicyWatch`]), for the
     /// policy compiler.
     Policy(Vec<brindle_policy::compile::Change>),
-    /// A `brindlectl apply|delete` changed the policy records: read them now
-    /// rather than at the next tick.
+    /// A `brindlectl apply|delete` changed the policy records here, or the
+    /// periodic check (`POLICY_CHECK`): read the marker key, and the records
+    /// when it changed.
     PolicyStored,
     /// A net change of the cluster from the Kubernetes API
     /// ([`super::kube_task`]).

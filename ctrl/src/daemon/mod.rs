@@ -73,6 +73,10 @@ pub const IPAM_DIR: &str = "ipam";
 
 /// The period of [`Event::Tick`].
 pub const TICK: Duration = Duration::from_secs(1);
+/// How often the datastore thread checks the policy marker key (one small
+/// read; the records are listed only when it changed): how soon a
+/// `brindlectl apply` on another node reaches this one.
+pub const POLICY_CHECK: Duration = Duration::from_millis(200);
 
 /// How long the daemon waits for the vrouter's first answer before it
 /// serves `ctrl.sock`, so that a daemon starting beside a running vrouter
@@ -289,6 +293,9 @@ pub fn run_with_reload(
     let mut children = vec![
         Child::spawn(tasks::routes(changes, events.clone())),
         Child::spawn(tasks::ticker(events.clone(), TICK)),
+        Child::spawn(tasks::ticker_of(events.clone(), POLICY_CHECK, || {
+            Event::PolicyStored
+        })),
         Child::spawn(tasks::signals(events.clone(), reload)),
         Child::spawn(tasks::follow_neighbors(v.uplink.clone(), events.clone())),
     ];

@@ -66,11 +66,16 @@ impl Drop for Child {
 
 /// [`Event::Tick`] every `period`, the first at once.
 pub async fn ticker(events: EventSender, period: Duration) {
+    ticker_of(events, period, || Event::Tick).await
+}
+
+/// `event()` every `period`, the first at once.
+pub async fn ticker_of(events: EventSender, period: Duration, event: fn() -> Event) {
     let mut interval = tokio::time::interval(period);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
-        if events.send(Event::Tick).is_err() {
+        if events.send(event()).is_err() {
             return;
         }
     }
@@ -412,7 +417,14 @@ impl DatastoreWorker {
                         self.gc(&pass);
                     }
                     if refresh || policy {
-                        match self.policy.poll(&*self.store) {
+                        // The tick reads everything (other nodes' endpoints
+                        // too); a check reads one key unless it changed.
+                        let read = if refresh {
+                            self.policy.poll(&*self.store)
+                        } else {
+                            self.policy.check(&*self.store)
+                        };
+                        match read {
                             Ok(changes) if changes.is_empty() => {}
                             Ok(changes) => {
                                 if events.send(Event::Policy(changes)).is_err() {

@@ -100,6 +100,7 @@ pub enum StoreFailure {
 pub struct PolicyStore {
     store: Arc<dyn Datastore>,
     prefix: String,
+    marker: String,
 }
 
 /// Attempts of a transaction whose compares keep failing.
@@ -111,6 +112,7 @@ impl PolicyStore {
         PolicyStore {
             store,
             prefix: prefix(root),
+            marker: marker(root),
         }
     }
 
@@ -151,7 +153,11 @@ impl PolicyStore {
                     outcome,
                 });
             }
-            if writes.is_empty() || self.store.txn(&compares, &writes)? {
+            if writes.is_empty() {
+                return Ok(report);
+            }
+            writes.push(Write::Put(self.marker.clone(), b"1".to_vec()));
+            if self.store.txn(&compares, &writes)? {
                 return Ok(report);
             }
         }
@@ -189,7 +195,11 @@ impl PolicyStore {
             if !missing.is_empty() && !ignore_missing {
                 return Err(StoreFailure::NotFound(missing));
             }
-            if writes.is_empty() || self.store.txn(&compares, &writes)? {
+            if writes.is_empty() {
+                return Ok(report);
+            }
+            writes.push(Write::Put(self.marker.clone(), b"1".to_vec()));
+            if self.store.txn(&compares, &writes)? {
                 return Ok(report);
             }
         }
@@ -215,6 +225,13 @@ impl PolicyStore {
 /// `<root>policy/`.
 pub fn prefix(root: &str) -> String {
     format!("{root}policy/")
+}
+
+/// `<root>policy-changed`: written in every transaction that changes a
+/// record, so a node learns of a change by reading this one key (its
+/// revision) rather than listing every record.
+pub fn marker(root: &str) -> String {
+    format!("{root}policy-changed")
 }
 
 /// A stored record as a resource.

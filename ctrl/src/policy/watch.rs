@@ -18,7 +18,7 @@ use brindle_policy::program::EndpointKey;
 use brindle_policy::resource::ResourceKey;
 use tracing::warn;
 
-use super::store::{parse_record, prefix};
+use super::store::{marker, parse_record, prefix};
 
 /// A pod and the addresses of one of its endpoints.
 type PodAddrs = (EndpointKey, Vec<IpAddr>);
@@ -26,6 +26,9 @@ type PodAddrs = (EndpointKey, Vec<IpAddr>);
 /// The last read, to diff the next one against.
 pub struct PolicyWatch {
     policy_prefix: String,
+    marker: String,
+    /// The marker's revision at the last full read.
+    marker_revision: Option<u64>,
     endpoints_prefix: String,
     own_endpoints: String,
     /// Policy records by datastore key: revision and the resource key.
@@ -42,6 +45,8 @@ impl PolicyWatch {
     pub fn new(root: &str, node: &str) -> Self {
         PolicyWatch {
             policy_prefix: prefix(root),
+            marker: marker(root),
+            marker_revision: None,
             endpoints_prefix: format!("{root}endpoints/"),
             own_endpoints: format!("{root}endpoints/{node}/"),
             resources: BTreeMap::new(),
@@ -54,6 +59,25 @@ impl PolicyWatch {
     /// successful read (everything, the first time). A record that does
     /// not parse is logged and left out (as if absent).
     pub fn poll(&mut self, store: &dyn Datastore) -> Result<Vec<Change>, StoreError> {
+        let marker = store.get(&self.marker)?.map(|e| e.revision);
+        let changes = self.read(store)?;
+        // Read before the records: a write after it bumps it again.
+        self.marker_revision = marker;
+        Ok(changes)
+    }
+
+    /// Reads the marker key only, and everything when it changed since the
+    /// last full read (a policy change on any node). Other nodes' endpoints
+    /// wait for the next [`PolicyWatch::poll`].
+    pub fn check(&mut self, store: &dyn Datastore) -> Result<Vec<Change>, StoreError> {
+        let marker = store.get(&self.marker)?.map(|e| e.revision);
+        if marker == self.marker_revision {
+            return Ok(Vec::new());
+        }
+        self.poll(store)
+    }
+
+    fn read(&mut self, store: &dyn Datastore) -> Result<Vec<Change>, StoreError> {
         let policy = store.list(&self.policy_prefix)?;
         let endpoints = store.list(&self.endpoints_prefix)?;
         let mut changes = Vec::new();
@@ -243,6 +267,17 @@ mod tests {
             ]
         );
         assert!(w.poll(&*ds).unwrap().is_empty(), "nothing new");
+
+        // The marker check reads one key while nothing changed, and
+        // everything once a policy changed.
+        assert!(w.check(&*ds).unwrap().is_empty());
+        let tier = parse_documents(
+            "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata: {name: t}\nspec: {order: 1}\n",
+        )
+        .unwrap();
+        policies.apply(&tier).unwrap();
+        assert_eq!(describe(&w.check(&*ds).unwrap()), ["apply Tier t"]);
+        assert!(w.check(&*ds).unwrap().is_empty());
 
         policies.delete(&[docs[1].key()], false).unwrap();
         theirs
