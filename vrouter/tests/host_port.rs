@@ -294,3 +294,74 @@ fn a_remote_backends_reply_from_the_tunnel_goes_back_through_the_kernel() {
     let c = finish(&node);
     assert_eq!((c.decap_ipip, c.dropped()), (1, 0));
 }
+
+fn v6_frame(src_mac: [u8; 6], dst_mac: [u8; 6], src: &str, dst: &str, hop_limit: u8) -> Vec<u8> {
+    let src: std::net::Ipv6Addr = src.parse().unwrap();
+    let dst: std::net::Ipv6Addr = dst.parse().unwrap();
+    let b = etherparse::PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv6(src.octets(), dst.octets(), hop_limit)
+        .udp(40000, 5000);
+    let mut v = Vec::new();
+    b.write(&mut v, &PAYLOAD).unwrap();
+    v
+}
+
+#[test]
+fn ipv6_through_the_host_port_ndp_both_ways_and_no_hairpin() {
+    let mut node = node();
+    node.worker
+        .pipeline_mut()
+        .ports_mut()
+        .get_mut(ports::POD_A)
+        .unwrap()
+        .addrs
+        .push("fd00::2".parse().unwrap());
+    node.fib.insert(
+        "fd00::2/128".parse().unwrap(),
+        NextHop::Local { port: ports::POD_A },
+    );
+    node.fib.insert("::/0".parse().unwrap(), NextHop::Host);
+    // The kernel resolves the pods' IPv6 gateway on brindle0.
+    let gw: std::net::Ipv6Addr = "fe80::ecee:eeff:feee:eeee".parse().unwrap();
+    let mut ns = gw.octets().to_vec();
+    ns.extend_from_slice(&[1, 1]);
+    ns.extend_from_slice(&HOST_MAC);
+    let b = etherparse::PacketBuilder::ethernet2(HOST_MAC, [0x33, 0x33, 0xff, 0xee, 0xee, 0xee])
+        .ipv6(
+            "fe80::b0:ff:fe00:1"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+            "ff02::1:ffee:eeee"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+            255,
+        )
+        .icmpv6(etherparse::Icmpv6Type::NeighborSolicitation);
+    let mut f = Vec::new();
+    b.write(&mut f, &ns).unwrap();
+    let out = node.send(HOST, &f);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].0, HOST);
+    assert_eq!(&out[0].1[..12], &[HOST_MAC, GATEWAY_MAC].concat()[..]);
+    assert_eq!(out[0].1[54], 136, "a neighbor advertisement");
+    // Host → pod, pod → outside, and the host's hairpin.
+    let out = node.send(
+        HOST,
+        &v6_frame(HOST_MAC, GATEWAY_MAC, "2001:db8::1", "fd00::2", 64),
+    );
+    let want = v6_frame(GATEWAY_MAC, POD_A_MAC, "2001:db8::1", "fd00::2", 63);
+    assert_frames(&out, &[(ports::POD_A, want)]);
+    let out = node.send(
+        ports::POD_A,
+        &v6_frame(POD_A_MAC, GATEWAY_MAC, "fd00::2", "2001:db8::1", 64),
+    );
+    let want = v6_frame(GATEWAY_MAC, HOST_MAC, "fd00::2", "2001:db8::1", 63);
+    assert_frames(&out, &[(HOST, want)]);
+    let hairpin = v6_frame(HOST_MAC, GATEWAY_MAC, "2001:db8::1", "2001:db8::2", 64);
+    assert!(node.send(HOST, &hairpin).is_empty());
+    let c = finish(&node);
+    assert_eq!((c.nd_adverts, c.forwarded), (1, 2));
+    assert_eq!(c.drops_for(DropReason::HostHairpin), 1);
+}
