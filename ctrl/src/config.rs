@@ -91,6 +91,17 @@ pub struct VrouterSection {
     /// underlay subnet; empty: the gateway of the uplink's default route in
     /// the kernel's main table, followed as it changes.
     pub underlay_gateway: String,
+    /// The host port (issue 14): a TAP the vrouter makes in this
+    /// namespace (e.g. `brindle0`), to which the kernel routes every pod
+    /// prefix and through which pods reach the node, Services and the
+    /// outside (natOutgoing by nftables); empty: none (pods reach only
+    /// pods and the node's own address).
+    pub host_port: String,
+    /// The host port's queues (the vrouter's worker count).
+    pub host_port_queues: u16,
+    /// The host port's MTU: the pods' (the kernel sends at most this into
+    /// the vrouter, which may encapsulate it).
+    pub host_port_mtu: u32,
 }
 
 /// `[metrics]`.
@@ -278,6 +289,9 @@ impl Default for VrouterSection {
             uplink: String::new(),
             underlay_subnet: String::new(),
             underlay_gateway: String::new(),
+            host_port: String::new(),
+            host_port_queues: 1,
+            host_port_mtu: 1450,
         }
     }
 }
@@ -628,6 +642,26 @@ impl Config {
                 ))
             })?)
         };
+        let host_port = &self.vrouter.host_port;
+        if host_port.len() > 15 || host_port.contains(['/', ' ']) {
+            return bad(format!(
+                "vrouter.host_port {host_port:?}: an interface name of at most 15 bytes"
+            ));
+        }
+        if !host_port.is_empty() {
+            if !(1..=256).contains(&self.vrouter.host_port_queues) {
+                return bad(format!(
+                    "vrouter.host_port_queues {}: 1 to 256",
+                    self.vrouter.host_port_queues
+                ));
+            }
+            if !(576..=65_535).contains(&self.vrouter.host_port_mtu) {
+                return bad(format!(
+                    "vrouter.host_port_mtu {}: 576 to 65535",
+                    self.vrouter.host_port_mtu
+                ));
+            }
+        }
         let service_prefixes = self.bgp.service_prefixes()?;
         if self.datastore.kind == "etcd" {
             let tls = [

@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod endpoints;
 pub mod gateway;
 pub mod health;
+pub mod hostpath;
 pub mod metrics;
 pub mod neighbors;
 pub mod policy;

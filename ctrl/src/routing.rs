@@ -7,7 +7,9 @@
 //!   native via the uplink for `none`; the cross-subnet modes route natively
 //!   when the BGP next hop is on the node's underlay subnet and encapsulate
 //!   otherwise). A prefix in no pool (a top-of-rack route, a service range)
-//!   is routed natively.
+//!   is routed natively, or, with a host port, handed to the node's kernel
+//!   (a ClusterIP must meet this node's kube-proxy, traffic to the outside
+//!   its natOutgoing masquerade).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -25,6 +27,9 @@ pub struct PoolRouting {
     pub cidr: IpNet,
     /// The pool's encapsulation mode.
     pub encapsulation: Encapsulation,
+    /// Traffic from the pool to a destination outside every pool is
+    /// masqueraded (by the kernel, on the host path).
+    pub nat_outgoing: bool,
 }
 
 /// What this node knows about its own underlay.
@@ -34,6 +39,10 @@ pub struct Underlay {
     pub uplink: String,
     /// The node's subnet, for cross-subnet decisions.
     pub subnet: Option<IpNet>,
+    /// The vrouter has a host port: what is in no pool goes to the node's
+    /// kernel (its kube-proxy, its masquerade, its routes) rather than
+    /// straight out of the uplink.
+    pub host_port: bool,
 }
 
 /// The vrouter route for a learned best route.
@@ -50,6 +59,7 @@ pub fn route_for(best: &BestRoute, pools: &[PoolRouting], underlay: &Underlay) -
     let same_subnet = underlay.subnet.is_some_and(|s| s.contains(&best.next_hop));
     let encap = pool.and_then(|p| p.encapsulation.between(same_subnet));
     let target = match (encap, best.next_hop) {
+        _ if pool.is_none() && underlay.host_port => RouteTarget::Host,
         (Some(encap), IpAddr::V4(remote)) => RouteTarget::Encap { encap, remote },
         // No IPv6 outer header in the vrouter's encapsulations: an IPv6 next
         // hop is reached natively.
@@ -108,6 +118,7 @@ mod tests {
         vec![PoolRouting {
             cidr: "10.244.0.0/16".parse().unwrap(),
             encapsulation: encapsulation.parse().unwrap(),
+            nat_outgoing: true,
         }]
     }
 
@@ -115,6 +126,7 @@ mod tests {
         Underlay {
             uplink: "eth0".into(),
             subnet: Some("192.168.0.0/24".parse().unwrap()),
+            host_port: false,
         }
     }
 
@@ -188,6 +200,7 @@ mod tests {
         let u = Underlay {
             uplink: "eth0".into(),
             subnet: None,
+            host_port: false,
         };
         let r = route_for(
             &best("10.244.1.0/26", "192.168.0.12"),
@@ -209,11 +222,25 @@ mod tests {
     }
 
     #[test]
+    fn with_a_host_port_a_prefix_outside_every_pool_goes_to_the_node_kernel() {
+        let u = Underlay {
+            host_port: true,
+            ..underlay()
+        };
+        let r = route_for(&best("10.96.0.0/12", "192.168.0.12"), &pools("ipip"), &u);
+        assert_eq!(r.target, RouteTarget::Host);
+        // Pool prefixes are routed as without one.
+        let r = route_for(&best("10.244.1.0/26", "192.168.0.12"), &pools("ipip"), &u);
+        assert_eq!(r.target, encap(Encap::Ipip, "192.168.0.12"));
+    }
+
+    #[test]
     fn the_most_specific_pool_decides() {
         let mut p = pools("ipip");
         p.push(PoolRouting {
             cidr: "10.244.128.0/17".parse().unwrap(),
             encapsulation: Encapsulation::Vxlan,
+            nat_outgoing: false,
         });
         let r = route_for(&best("10.244.200.0/26", "172.16.0.9"), &p, &underlay());
         assert_eq!(r.target, encap(Encap::Vxlan, "172.16.0.9"));
@@ -226,6 +253,7 @@ mod tests {
             &[PoolRouting {
                 cidr: "fd00:244::/48".parse().unwrap(),
                 encapsulation: Encapsulation::Vxlan,
+                nat_outgoing: false,
             }],
             &underlay(),
         );

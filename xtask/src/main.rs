@@ -49,6 +49,8 @@ const APT_PACKAGES: &[&str] = &[
     // portmap and Calico-style rule sets
     "iptables",
     "ipset",
+    // natOutgoing: the node daemon's nftables table (nft -f)
+    "nftables",
     // the container image, built and run by the image test: a Debian base
     // from Debian's packages (mmdebstrap), Podman to import it, build the
     // Containerfile and run the image; runc because crun refuses hosts with

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::event::Responder;
 use crate::bgp::speaker::PeerConfig;
 use crate::health::Health;
+use crate::hostpath::HostState;
 use crate::programming::Work;
 
 /// One side effect.
@@ -29,6 +30,9 @@ pub enum Effect {
     Answer(Responder, Reply<Value>),
     /// Readiness changed: publish it to `ctrl.sock` and `/readyz`.
     Health(Health),
+    /// The kernel's host path (routes into the host port, natOutgoing),
+    /// for its thread ([`crate::hostpath::spawn`]).
+    Host(HostState),
 }
 
 /// What the speaker task does for the owner, in order.

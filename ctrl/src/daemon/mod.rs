@@ -59,6 +59,7 @@ use crate::bgp::speaker::{PeerConfig, Speaker, SpeakerConfig};
 use crate::config::{Config, Validated};
 use crate::endpoints::{EndpointHandler, EndpointStore};
 use crate::health::Health;
+use crate::hostpath::{self, netlink::NetlinkKernel};
 use crate::metrics::{self, Metrics};
 use crate::policy::ops::PolicyOps;
 use crate::policy::{PolicyStore, PolicyWatch};
@@ -226,6 +227,7 @@ pub fn run_with_reload(
                 .map(|p| PoolRouting {
                     cidr: p.cidr,
                     encapsulation: p.encapsulation,
+                    nat_outgoing: p.nat_outgoing,
                 })
                 .collect()
         })
@@ -281,11 +283,20 @@ pub fn run_with_reload(
     let (bgp, bgp_rx) = mpsc::unbounded_channel();
     let speaker_task = rt
         .spawn(tasks::speaker(speaker, bgp_rx, metrics.clone(), events.clone()).in_current_span());
+    let host = if config.vrouter.host_port.is_empty() {
+        None
+    } else {
+        Some(
+            hostpath::spawn(NetlinkKernel::open)
+                .map_err(|e| start_err("starting the host path")(e.to_string()))?,
+        )
+    };
     let appliers = Appliers {
         vrouter,
         bgp,
         datastore,
         health,
+        host,
     };
     appliers.apply(first);
 
@@ -398,6 +409,7 @@ pub async fn run_loop(mut owner: Owner, mut events: UnboundedReceiver<Event>, ap
                 Err(_) => break,
             }
         }
+        owner.flush(&mut out);
         appliers.apply(out.drain(..));
         if owner.stopping() {
             return;

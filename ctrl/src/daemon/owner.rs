@@ -11,7 +11,7 @@ use std::sync::Arc;
 use brindle_api::endpoint::Endpoint;
 use brindle_api::framing::{RemoteError, RemoteErrorKind, Reply};
 use brindle_api::vrouter::{
-    NodeConfig, PortKind, PortSpec, Route, RouteTarget, VrouterRequest, VxlanConfig,
+    NodeConfig, PortDevice, PortKind, PortSpec, Route, RouteTarget, VrouterRequest, VxlanConfig,
 };
 use ipnet::IpNet;
 use serde_json::Value;
@@ -26,6 +26,7 @@ use crate::config::{Config, Validated};
 use crate::ctrl_api::{CtrlRequest, NodeStatus, NodeView};
 use crate::endpoints::EndpointChange;
 use crate::health::Health;
+use crate::hostpath::{HostState, NatPools};
 use crate::metrics::Metrics;
 use crate::programming::Work;
 use crate::programming::desired::{endpoint_added, endpoint_removed};
@@ -83,6 +84,13 @@ pub struct Owner {
     /// datastore views); 0: at the first good view.
     next_gc_ms: u64,
 
+    // ----- the host path (issue 14) -----
+    /// The kernel's host-path state may have changed since the last
+    /// [`Owner::flush`].
+    host_dirty: bool,
+    /// The host-path state last handed to its applier.
+    host_sent: Option<HostState>,
+
     // ----- the Kubernetes API -----
     /// The cluster as the Kubernetes source reported it (`None` without
     /// `[datastore.kubernetes]`).
@@ -132,6 +140,7 @@ impl Owner {
         let underlay = Underlay {
             uplink: v.uplink.clone(),
             subnet: v.underlay_subnet,
+            host_port: !config.vrouter.host_port.is_empty(),
         };
         Owner {
             services: v.service_prefixes.clone(),
@@ -154,30 +163,64 @@ impl Owner {
             health: Health::default(),
             stopping: false,
             next_gc_ms: 0,
+            host_dirty: true,
+            host_sent: None,
             cluster: config_cluster,
             policy,
         }
     }
 
-    /// The first programming: the node, the uplink, the endpoints stored
-    /// before this start; and the service prefixes.
+    /// The first programming: the node, the uplink (and the host port with
+    /// its default routes), the endpoints stored before this start; the
+    /// service prefixes; the kernel's host path.
     pub fn start(&mut self, endpoints: Vec<Endpoint>, out: &mut Vec<Effect>) {
+        let mut ports = vec![PortSpec {
+            name: self.v.uplink.clone(),
+            kind: PortKind::Uplink,
+            addresses: Vec::new(),
+            peer_mac: None,
+            endpoint: None,
+            device: Default::default(),
+            workload: None,
+        }];
+        let host_port = &self.config.vrouter.host_port;
+        let mut host_routes = Vec::new();
+        if !host_port.is_empty() {
+            ports.push(PortSpec {
+                name: host_port.clone(),
+                kind: PortKind::Host,
+                addresses: Vec::new(),
+                peer_mac: None,
+                endpoint: None,
+                device: PortDevice::Tap {
+                    netns: None,
+                    ifname: host_port.clone(),
+                    queues: self.config.vrouter.host_port_queues,
+                },
+                workload: None,
+            });
+            // What is not a pod (the node's and other nodes' addresses,
+            // Services, the outside) goes to the node's kernel.
+            host_routes = ["0.0.0.0/0", "::/0"]
+                .into_iter()
+                .filter_map(|p| p.parse().ok())
+                .map(|prefix| Route {
+                    prefix,
+                    target: RouteTarget::Host,
+                })
+                .collect();
+        }
         let mut reqs = vec![
             VrouterRequest::SetNode {
                 node: self.node_config(),
             },
-            VrouterRequest::AddPorts {
-                ports: vec![PortSpec {
-                    name: self.v.uplink.clone(),
-                    kind: PortKind::Uplink,
-                    addresses: Vec::new(),
-                    peer_mac: None,
-                    endpoint: None,
-                    device: Default::default(),
-                    workload: None,
-                }],
-            },
+            VrouterRequest::AddPorts { ports },
         ];
+        if !host_routes.is_empty() {
+            reqs.push(VrouterRequest::AddRoutes {
+                routes: host_routes,
+            });
+        }
         for ep in endpoints {
             match endpoint_added(&ep) {
                 Ok(r) => reqs.extend(r),
@@ -192,6 +235,47 @@ impl Owner {
         reqs.extend(self.policy.compile(local_pods(&self.endpoints)));
         out.push(apply(reqs));
         self.announce_services(out);
+        self.flush(out);
+    }
+
+    /// After a batch of events: the kernel's host-path state, when it
+    /// changed (computed once per batch, not per learned route).
+    pub fn flush(&mut self, out: &mut Vec<Effect>) {
+        if !std::mem::take(&mut self.host_dirty) || self.config.vrouter.host_port.is_empty() {
+            return;
+        }
+        let state = self.host_state();
+        if self.host_sent.as_ref() != Some(&state) {
+            self.host_sent = Some(state.clone());
+            out.push(Effect::Host(state));
+        }
+    }
+
+    /// The kernel's host path: every pod prefix (our blocks, learned
+    /// prefixes inside a pool: remote blocks, borrowed /32s) into the host
+    /// port; natOutgoing from the pools.
+    fn host_state(&self) -> HostState {
+        let in_pool = |p: &IpNet| self.pools.iter().any(|pool| pool.cidr.contains(p));
+        let routes = self
+            .blocks
+            .iter()
+            .chain(self.learned.keys().filter(|p| in_pool(p)))
+            .copied()
+            .collect();
+        HostState {
+            port: self.config.vrouter.host_port.clone(),
+            mtu: self.config.vrouter.host_port_mtu,
+            routes,
+            nat: NatPools {
+                masquerade: self
+                    .pools
+                    .iter()
+                    .filter(|p| p.nat_outgoing)
+                    .map(|p| p.cidr)
+                    .collect(),
+                pools: self.pools.iter().map(|p| p.cidr).collect(),
+            },
+        }
     }
 
     /// True once a shutdown was asked for: the loop stops after applying
@@ -266,6 +350,7 @@ impl Owner {
                 self.learned.remove(prefix);
             }
         }
+        self.host_dirty = true;
         out.push(apply(vec![request_for(
             &change,
             &self.pools,
@@ -280,6 +365,7 @@ impl Owner {
             return;
         }
         self.pools = pools;
+        self.host_dirty = true;
         let routes: Vec<Route> = self
             .learned
             .values()
@@ -346,6 +432,9 @@ impl Owner {
             out.push(apply(vec![VrouterRequest::RemoveRoutes {
                 prefixes: withdraw,
             }]));
+        }
+        if self.blocks != affine {
+            self.host_dirty = true;
         }
         self.blocks = affine;
     }

@@ -57,6 +57,7 @@ fn pool(cidr: &str, encapsulation: &str) -> PoolRouting {
     PoolRouting {
         cidr: net(cidr),
         encapsulation: encapsulation.parse().unwrap(),
+        nat_outgoing: true,
     }
 }
 
@@ -776,4 +777,120 @@ fn policy_is_compiled_for_local_pods_and_sent_after_their_port() {
     });
     run(&mut o, Event::Kube(Box::new(delete)));
     assert_eq!(o.policy.policy_count(), 0);
+}
+
+#[test]
+fn with_a_host_port_the_vrouter_gets_it_and_the_kernel_routes_every_pod_prefix_into_it() {
+    let mut config = Config::default();
+    config.ipam.gc_interval_secs = 0;
+    config.vrouter.host_port = "brindle0".into();
+    config.vrouter.host_port_queues = 2;
+    config.vrouter.host_port_mtu = 1440;
+    let mut o = Owner::new(
+        config,
+        validated(None),
+        "embedded",
+        Arc::new(Metrics::new()),
+        vec![pool("10.244.0.0/16", "ipip")],
+    );
+    let mut out = Vec::new();
+    o.start(Vec::new(), &mut out);
+    let host_state = |routes: &[&str]| {
+        Effect::Host(crate::hostpath::HostState {
+            port: "brindle0".into(),
+            mtu: 1440,
+            routes: routes.iter().map(|p| net(p)).collect(),
+            nat: crate::hostpath::NatPools {
+                masquerade: [net("10.244.0.0/16")].into(),
+                pools: [net("10.244.0.0/16")].into(),
+            },
+        })
+    };
+    let host_route = |p: &str| Route {
+        prefix: net(p),
+        target: RouteTarget::Host,
+    };
+    assert_eq!(
+        out,
+        vec![
+            apply(vec![
+                VrouterRequest::SetNode {
+                    node: node(vec![], None),
+                },
+                VrouterRequest::AddPorts {
+                    ports: vec![
+                        PortSpec {
+                            name: "eth0".into(),
+                            kind: PortKind::Uplink,
+                            addresses: vec![],
+                            peer_mac: None,
+                            endpoint: None,
+                            device: Default::default(),
+                            workload: None,
+                        },
+                        PortSpec {
+                            name: "brindle0".into(),
+                            kind: PortKind::Host,
+                            addresses: vec![],
+                            peer_mac: None,
+                            endpoint: None,
+                            device: brindle_api::vrouter::PortDevice::Tap {
+                                netns: None,
+                                ifname: "brindle0".into(),
+                                queues: 2,
+                            },
+                            workload: None,
+                        },
+                    ],
+                },
+                VrouterRequest::AddRoutes {
+                    routes: vec![host_route("0.0.0.0/0"), host_route("::/0")],
+                },
+            ]),
+            host_state(&[]),
+        ]
+    );
+
+    // A remote block and a borrowed /32 go into the kernel once per batch;
+    // a service prefix another node announces goes to the host in the
+    // vrouter and not into the kernel's host path.
+    let peer = Ipv4Addr::new(10, 99, 0, 12);
+    let mut out = Vec::new();
+    for p in ["10.244.1.0/26", "10.244.0.77/32", "10.96.0.0/12"] {
+        o.handle(Event::Route(RouteChange::Added(best(p, peer))), &mut out);
+    }
+    o.flush(&mut out);
+    assert_eq!(out.len(), 4, "{out:?}");
+    assert_eq!(
+        out[2],
+        apply(vec![VrouterRequest::AddRoutes {
+            routes: vec![host_route("10.96.0.0/12")]
+        }])
+    );
+    assert_eq!(out[3], host_state(&["10.244.0.77/32", "10.244.1.0/26"]));
+
+    // Our own block joins; a withdrawn remote block leaves; nothing new, no
+    // effect.
+    let mut out = run(
+        &mut o,
+        Event::Datastore(view(
+            vec![pool("10.244.0.0/16", "ipip")],
+            &["10.244.0.0/26"],
+            vec![],
+        )),
+    );
+    o.handle(
+        Event::Route(RouteChange::Removed {
+            prefix: net("10.244.1.0/26"),
+        }),
+        &mut out,
+    );
+    o.flush(&mut out);
+    assert_eq!(
+        out.last(),
+        Some(&host_state(&["10.244.0.0/26", "10.244.0.77/32"]))
+    );
+    let mut out = Vec::new();
+    o.flush(&mut out);
+    assert_eq!(out, vec![]);
 }

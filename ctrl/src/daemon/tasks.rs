@@ -33,6 +33,7 @@ use crate::bgp::speaker::Speaker;
 use crate::config::{Config, ConfigError};
 use crate::ctrl_api::CtrlRequest;
 use crate::health::Health;
+use crate::hostpath::HostState;
 use crate::metrics::{Metrics, ReasonLabel, StateLabel};
 use crate::policy::PolicyWatch;
 use crate::programming::Work;
@@ -175,6 +176,8 @@ pub struct Appliers {
     pub datastore: mpsc::Sender<DatastoreRequest>,
     /// Readiness for `ctrl.sock` and `/readyz`.
     pub health: watch::Sender<Health>,
+    /// The host path's thread (none without a host port).
+    pub host: Option<mpsc::Sender<HostState>>,
 }
 
 impl Appliers {
@@ -200,6 +203,11 @@ impl Appliers {
                 Effect::Answer(responder, reply) => responder.send(reply),
                 Effect::Health(h) => {
                     self.health.send_replace(h);
+                }
+                Effect::Host(state) => {
+                    if let Some(host) = &self.host {
+                        let _ = host.send(state);
+                    }
                 }
             }
         }
@@ -285,6 +293,7 @@ impl DatastoreWorker {
                     .map(|p| PoolRouting {
                         cidr: p.cidr,
                         encapsulation: p.encapsulation,
+                        nat_outgoing: p.nat_outgoing,
                     })
                     .collect(),
             ),
