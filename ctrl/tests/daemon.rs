@@ -366,7 +366,7 @@ fn policy_applied_with_brindlectl_is_stored_compiled_and_sent_to_the_vrouter() {
     let dir = tempfile::tempdir().unwrap();
     let vrouter = FakeVrouter::start(&dir.path().join("vrouter.sock"), "boot-1");
     let env = env(dir.path(), "node-a", "127.0.0.1", free_port());
-    let daemon = Daemon::start(&env, &dir.path().join("ctrl.sock"), &dir.path().join("log"));
+    let mut daemon = Daemon::start(&env, &dir.path().join("ctrl.sock"), &dir.path().join("log"));
 
     // An invalid second document: an error with its field path, nothing stored.
     let bad = format!(
@@ -413,6 +413,36 @@ fn policy_applied_with_brindlectl_is_stored_compiled_and_sent_to_the_vrouter() {
                 .is_some_and(|p| !p.programs.is_empty())
     })
     .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", vrouter.requests(), daemon.log()));
+
+    // A restarted daemon's first Sync already carries the policy (a resync
+    // replaces the vrouter's policy state: never one without it).
+    drop(c);
+    daemon.stop();
+    vrouter.requests.lock().unwrap().clear();
+    let daemon = Daemon::start(&env, &dir.path().join("ctrl.sock"), &dir.path().join("log"));
+    let first_sync = || {
+        vrouter.requests().into_iter().find_map(|r| match r {
+            VrouterRequest::Sync { state } => Some(state),
+            _ => None,
+        })
+    };
+    wait_for(
+        "the resync after the restart",
+        Duration::from_secs(20),
+        || first_sync().is_some(),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", vrouter.requests(), daemon.log()));
+    let policy = first_sync()
+        .unwrap()
+        .policy
+        .expect("the first Sync has the policy");
+    let program = policy
+        .programs
+        .iter()
+        .find(|p| p.endpoint.name == "web-0")
+        .and_then(|p| p.program.as_ref())
+        .expect("web-0's program");
+    assert_eq!(program.ingress.tiers.len(), 1, "still isolated");
 
     // Deleting the policy leaves the pod without a tier (all allowed).
     let (ok, out, err) = brindlectl_stdin(dir.path(), &["delete", "-f", "-"], DENY_ALL);

@@ -47,7 +47,7 @@ use ipnet::IpNet;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{mpsc, watch};
-use tracing::{Instrument, info, info_span};
+use tracing::{Instrument, info, info_span, warn};
 
 pub use self::effect::Effect;
 pub use self::event::Event;
@@ -246,6 +246,14 @@ pub fn run_with_reload(
     );
     let mut first = Vec::new();
     owner.start(restored, &mut first);
+    // The policy before the first Sync: a restarted daemon's resync
+    // replaces the vrouter's policy state, and one made of the endpoints
+    // alone would leave every pod open until the first read.
+    let mut policy_watch = PolicyWatch::new(&config.datastore.prefix, &v.node_name);
+    match policy_watch.poll(&*store) {
+        Ok(changes) => owner.handle(Event::Policy(changes), &mut first),
+        Err(e) => warn!(error = %e, "reading the policy at start (retried every tick)"),
+    }
 
     // The appliers.
     let vrouter = tasks::spawn_executor(
@@ -263,7 +271,7 @@ pub fn run_with_reload(
         collector: Collector::new(Duration::from_secs(config.ipam.gc_grace_secs)),
         metrics: metrics.clone(),
         store: store.clone(),
-        policy: PolicyWatch::new(&config.datastore.prefix, &v.node_name),
+        policy: policy_watch,
     }
     .spawn(events.clone())
     .map_err(|e| start_err("starting the datastore thread")(e.to_string()))?;
