@@ -9,14 +9,23 @@
 //!   neighbor solicitation) and apply the bytes as (offset, value) patches;
 //! - bit 5: cut the frame to a length taken from the first patch byte;
 //! - bit 6: re-fix the IPv4 header checksums after patching (to get past
-//!   the checksum check into the deeper stages).
+//!   the checksum check into the deeper stages);
+//! - bit 7 of the first record's selector: the node runs with network
+//!   policy (pod B isolated but for UDP 5000 in, pod A tracked without a
+//!   program), so frames also go through the flow table and its parser.
 //!
 //! After every record: nothing panicked, every frame is accounted for
 //! (`rx + generated == tx + consumed + dropped`), what the ports received
 //! matches `tx_packets`, and every arena chunk is back in the free list.
 #![no_main]
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+
+use brindle_policy::compile::{Change, Compiler, EndpointInfo};
+use brindle_policy::program::EndpointKey;
+use brindle_policy::resource::parse_documents;
+use brindle_vrouter::demo::ports;
+use brindle_vrouter::policy::PolicyView;
 
 use brindle_vrouter::demo::frames::{arp_request, ipip_frame, udp_frame, udp_packet, vxlan_frame};
 use brindle_vrouter::demo::{Node, VNI, addr::*};
@@ -84,6 +93,32 @@ fn ipv6_frame(out: &mut Vec<u8>) {
     out.extend_from_slice(&icmp);
 }
 
+fn policy() -> Arc<PolicyView> {
+    static V: OnceLock<Arc<PolicyView>> = OnceLock::new();
+    V.get_or_init(|| {
+        let yaml = "apiVersion: v1\nkind: Namespace\nmetadata: {name: demo}\n---\n\
+            apiVersion: v1\nkind: Pod\nmetadata: {name: b, namespace: demo, labels: {app: b}}\n---\n\
+            apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: isolate-b, namespace: demo}\n\
+            spec:\n  podSelector: {matchLabels: {app: b}}\n  policyTypes: [Ingress, Egress]\n\
+            \x20 ingress:\n  - ports: [{protocol: UDP, port: 5000}]\n";
+        let mut changes: Vec<Change> =
+            parse_documents(yaml).expect("parses").into_iter().map(Change::Apply).collect();
+        changes.push(Change::Endpoint(
+            EndpointKey::new("demo", "b"),
+            Some(EndpointInfo { addrs: vec![POD_B.into()], local: true }),
+        ));
+        let update = Compiler::new().apply(changes);
+        let view = PolicyView::new()
+            .with_workload(ports::POD_A, Some(EndpointKey::new("demo", "a")))
+            .with_workload(ports::POD_B, Some(EndpointKey::new("demo", "b")))
+            .with_update(&update)
+            .expect("applies");
+        assert!(view.state().endpoints() == 1, "the policy compiles to B's program");
+        Arc::new(view)
+    })
+    .clone()
+}
+
 fn fix_ipv4_checksum(frame: &mut [u8], at: usize) {
     if let Some(b) = frame.get_mut(at..)
         && let Ok(mut p) = ipv4::Packet::new_checked(b)
@@ -94,6 +129,9 @@ fn fix_ipv4_checksum(frame: &mut [u8], at: usize) {
 
 fuzz_target!(|data: &[u8]| {
     let mut node = Node::new();
+    if data.first().is_some_and(|s| s & 0x80 != 0) {
+        node.worker.pipeline_mut().flows_mut().set_view(policy());
+    }
     let mut rest = data;
     while let [selector, len, tail @ ..] = rest {
         let len = usize::from(*len).min(tail.len());
