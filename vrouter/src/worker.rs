@@ -314,6 +314,13 @@ impl Worker {
         let mut received = self.take_mail(now);
         for ingress in 0..self.ports.len() {
             let n = self.ports[ingress].rx_burst(&mut self.arena, &mut self.rx);
+            let bad = self.ports[ingress].take_rx_dropped();
+            if bad > 0 {
+                self.port_stats[ingress].rx_packets += bad;
+                let c = self.pipeline.counters_mut();
+                c.rx_packets += bad;
+                c.drops[crate::counters::DropReason::ParseError as usize] += bad;
+            }
             if n == 0 {
                 continue;
             }

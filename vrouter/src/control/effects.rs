@@ -37,6 +37,19 @@ pub trait Effects {
         first: usize,
         endpoint: &Endpoint,
     ) -> Result<(Vec<usize>, Backend), EngineError>;
+    /// Attaches one queue per worker of the TAP `ifname` in the namespace
+    /// at `netns` (`None`: the vrouter's own) into slot `id`, queues spread
+    /// from worker `first`; `endpoint` gets the device's MTU, and its MAC as
+    /// the peer's unless set. Returns the owners and the socket kind.
+    fn attach_tap(
+        &mut self,
+        id: PortId,
+        name: &str,
+        netns: Option<&str>,
+        ifname: &str,
+        first: usize,
+        endpoint: Endpoint,
+    ) -> Result<(Vec<usize>, Backend), EngineError>;
     /// Closes slot `id`.
     fn detach_port(&mut self, id: PortId) -> Result<(), EngineError>;
     /// Sets (`Some`) or forgets (`None`) a neighbour on every worker.
@@ -100,6 +113,20 @@ impl Effects for Dataplane {
     ) -> Result<(Vec<usize>, Backend), EngineError> {
         let (parts, backend) = self.open_port(name, role, link, first)?;
         let owners = self.install_port(id, name, link, parts, endpoint)?;
+        Ok((owners, backend))
+    }
+
+    fn attach_tap(
+        &mut self,
+        id: PortId,
+        name: &str,
+        netns: Option<&str>,
+        ifname: &str,
+        first: usize,
+        endpoint: Endpoint,
+    ) -> Result<(Vec<usize>, Backend), EngineError> {
+        let (owners, _, backend) =
+            Dataplane::attach_tap(self, id, name, netns, ifname, first, endpoint)?;
         Ok((owners, backend))
     }
 
@@ -195,6 +222,22 @@ impl Effects for Dataplane {
 /// One effect, as a value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Effect {
+    /// A TAP was attached into a slot.
+    AttachTap {
+        /// Slot.
+        id: PortId,
+        /// Port name.
+        name: String,
+        /// Namespace path.
+        netns: Option<String>,
+        /// Device name there.
+        ifname: String,
+        /// First worker.
+        first: usize,
+        /// What the workers were told (MTU 0: the device's, filled by the
+        /// dataplane).
+        endpoint: Endpoint,
+    },
     /// A port was opened into a slot.
     Attach {
         /// Slot.
@@ -311,6 +354,26 @@ impl Effects for Recording {
             role,
             first,
             endpoint: endpoint.clone(),
+        });
+        Ok((vec![first % self.workers.max(1)], "recorded"))
+    }
+
+    fn attach_tap(
+        &mut self,
+        id: PortId,
+        name: &str,
+        netns: Option<&str>,
+        ifname: &str,
+        first: usize,
+        endpoint: Endpoint,
+    ) -> Result<(Vec<usize>, Backend), EngineError> {
+        self.effects.push(Effect::AttachTap {
+            id,
+            name: name.to_owned(),
+            netns: netns.map(str::to_owned),
+            ifname: ifname.to_owned(),
+            first,
+            endpoint,
         });
         Ok((vec![first % self.workers.max(1)], "recorded"))
     }

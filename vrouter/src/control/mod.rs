@@ -32,6 +32,7 @@ use crate::engine::{Backend, EngineError, WorkerSnapshot};
 use crate::fib::{Encap, FibChange, NextHop};
 use crate::frame::PortId;
 use crate::pipeline::{PipelineConfig, vtep_mac};
+use crate::port::xdp::LinkInfo;
 use crate::wire::udp::UdpChecksum;
 
 struct PortEntry {
@@ -322,7 +323,15 @@ impl<E: Effects> Control<E> {
                 // cheap to make, and the slot's state starts clean).
                 self.detach(&spec.name)?;
             }
-            let link = self.effects.link(&spec.name).map_err(engine)?;
+            // A TAP's MTU and the kernel end's MAC come from the device
+            // when it is attached; the vrouter's MAC on it is the gateway's.
+            let link = match &spec.device {
+                api::PortDevice::Xdp => self.effects.link(&spec.name).map_err(engine)?,
+                api::PortDevice::Tap { .. } => LinkInfo {
+                    mac: crate::endpoint::GATEWAY_MAC,
+                    mtu: 0,
+                },
+            };
             let (endpoint, role) = Self::endpoint(&spec, link.mac, link.mtu);
             let first = self.first_worker(spec.kind);
             let id = match self.free_slots.pop() {
@@ -336,9 +345,25 @@ impl<E: Effects> Control<E> {
                     id
                 }
             };
-            let attached = self
-                .effects
-                .attach_port(id, &spec.name, role, link, first, &endpoint);
+            let attached = match &spec.device {
+                api::PortDevice::Tap { netns, ifname, .. } => {
+                    // The device's MAC is the peer's unless the spec names
+                    // one: the dataplane reads it when it attaches.
+                    let mut endpoint = endpoint;
+                    endpoint.peer_mac = spec.peer_mac.map(|m| m.0);
+                    self.effects.attach_tap(
+                        id,
+                        &spec.name,
+                        netns.as_deref(),
+                        ifname,
+                        first,
+                        endpoint,
+                    )
+                }
+                api::PortDevice::Xdp => self
+                    .effects
+                    .attach_port(id, &spec.name, role, link, first, &endpoint),
+            };
             let (owners, backend) = match attached {
                 Ok(a) => a,
                 Err(e) => {

@@ -444,12 +444,49 @@ fn a_tap_host_port_speaks_as_the_gateway_to_the_kernels_mac() {
     };
     assert_eq!(changed(&mut c, R::AddPorts { ports: vec![host] }), 1);
     let attached = c.effects_mut().take().into_iter().find_map(|e| match e {
-        Effect::Attach { endpoint, .. } => Some(endpoint),
+        Effect::AttachTap { endpoint, .. } => Some(endpoint),
         _ => None,
     });
+    // The dataplane fills in the device's MTU and, as the peer, its MAC.
+    let mut want = Endpoint::host(GATEWAY_MAC, kernel_mac, 0);
+    want.peer_mac = None;
     assert_eq!(
         attached,
-        Some(Endpoint::host(GATEWAY_MAC, kernel_mac, 1500)),
+        Some(want),
         "our MAC is the pods' gateway's, the peer is brindle0's own"
+    );
+}
+
+#[test]
+fn a_tap_port_is_attached_by_namespace_and_name_without_a_link_lookup() {
+    let mut c = control();
+    let mut tap = port("tap-pod9", PortKind::Pod, &["10.244.0.9"]);
+    tap.device = api::PortDevice::Tap {
+        netns: Some("/var/run/netns/pod9".into()),
+        ifname: "eth0".into(),
+        queues: 2,
+    };
+    // "tap-pod9" is no interface of the vrouter's namespace: no link read.
+    assert_eq!(changed(&mut c, R::AddPorts { ports: vec![tap] }), 1);
+    let fx = c.effects_mut().take();
+    let Some(Effect::AttachTap {
+        name,
+        netns,
+        ifname,
+        endpoint,
+        ..
+    }) = fx.first()
+    else {
+        panic!("{fx:?}");
+    };
+    assert_eq!(
+        (name.as_str(), netns.as_deref(), ifname.as_str()),
+        ("tap-pod9", Some("/var/run/netns/pod9"), "eth0")
+    );
+    assert_eq!(endpoint.kind, crate::endpoint::PortKind::Pod);
+    assert_eq!(endpoint.mac, crate::endpoint::GATEWAY_MAC);
+    assert_eq!(
+        endpoint.addrs,
+        vec!["10.244.0.9".parse::<IpAddr>().unwrap()]
     );
 }

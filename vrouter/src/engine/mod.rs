@@ -6,6 +6,7 @@
 //! The engine takes orders and does them; what to do is decided by
 //! [`crate::control`], which owns the state.
 
+pub mod tap;
 pub mod worker_thread;
 
 use std::net::Ipv4Addr;
@@ -106,6 +107,15 @@ pub enum EngineError {
     #[error("AF_PACKET port {name}: {error}")]
     Packet {
         /// Interface.
+        name: String,
+        /// Why.
+        error: brindle_xsk::Error,
+    },
+    /// A TAP port could not be attached (no such device in that
+    /// namespace, not a persistent multi-queue TAP, no namespace there).
+    #[error("TAP port {name}: {error}")]
+    Tap {
+        /// Port.
         name: String,
         /// Why.
         error: brindle_xsk::Error,

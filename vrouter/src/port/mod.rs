@@ -1,4 +1,5 @@
-//! Ports: the AF_XDP port ([`xdp`]) and the AF_PACKET fallback ([`packet`])
+//! Ports: the AF_XDP port ([`xdp`]), the AF_PACKET fallback ([`packet`]) and
+//! the TAP port of TAP pods and the host port ([`tap`])
 //! of the running vrouter, the in-memory port for tests, benchmarks and the
 //! demo, a replay port for benchmarks, pcap-writer middleware, and the
 //! placeholder of a detached slot.
@@ -10,6 +11,7 @@ pub mod pcap;
 pub use memory::{MemoryPort, MemoryPortHandle, ReplayPort};
 pub use pcap::PcapPort;
 pub mod packet;
+pub mod tap;
 pub mod xdp;
 
 use std::time::Instant;

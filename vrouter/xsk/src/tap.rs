@@ -289,6 +289,9 @@ impl AsFd for TapQueue {
 pub struct Tap {
     name: String,
     ifindex: u32,
+    /// MTU and MAC read when the queues were attached ([`Tap::attach`]).
+    mtu: u32,
+    mac: [u8; 6],
     offloads: TapOffloads,
     queues: Vec<TapQueue>,
 }
@@ -330,12 +333,16 @@ impl Tap {
             set_mtu(&cfg.name, mtu)?;
         }
         let ifindex = sys::if_nametoindex(&cfg.name).ctx("if_nametoindex of the new TAP")?;
+        let mtu = get_mtu(&cfg.name)?;
+        let mac = queues[0].device_mac()?;
         if cfg.persist {
             sys::tun::ioctl_set_value(first, libc::TUNSETPERSIST, 1).ctx("TUNSETPERSIST")?;
         }
         Ok(Tap {
             name: cfg.name.clone(),
             ifindex,
+            mtu,
+            mac,
             offloads,
             queues,
         })
@@ -384,9 +391,13 @@ impl Tap {
             });
         }
         let offloads = configure(&held[0], offloads)?;
+        let mtu = get_mtu(name)?;
+        let mac = held[0].device_mac()?;
         Ok(Tap {
             name: name.to_owned(),
             ifindex,
+            mtu,
+            mac,
             offloads,
             queues: held,
         })
@@ -423,6 +434,17 @@ impl Tap {
     /// The interface index in the device's namespace.
     pub fn ifindex(&self) -> u32 {
         self.ifindex
+    }
+
+    /// The device's MTU when it was opened or attached.
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// The device's MAC address (the kernel's end: a pod's `eth0`) when it
+    /// was opened or attached.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
     }
 
     /// The offloads applied (the ones asked for, without USO on kernels
@@ -500,6 +522,14 @@ fn configure(queue: &TapQueue, offloads: TapOffloads) -> Result<TapOffloads> {
 
 /// SIOCSIFMTU through a datagram socket of the current namespace (the TAP
 /// descriptor does not take it).
+/// The MTU of `name` in the caller's namespace (`SIOCGIFMTU`).
+fn get_mtu(name: &str) -> Result<u32> {
+    let sock = sys::socket(libc::AF_INET, libc::SOCK_DGRAM, 0).ctx("socket for SIOCGIFMTU")?;
+    let mut req = IfReq::named(name);
+    sys::tun::ioctl_ifreq(sock.as_fd(), libc::SIOCGIFMTU, &mut req).ctx("SIOCGIFMTU")?;
+    u32::try_from(req.mtu()).map_err(|_| Error::Config("negative MTU from SIOCGIFMTU"))
+}
+
 fn set_mtu(name: &str, mtu: u32) -> Result<()> {
     let sock = sys::socket(libc::AF_INET, libc::SOCK_DGRAM, 0).ctx("socket for SIOCSIFMTU")?;
     let mut req = IfReq::named(name);

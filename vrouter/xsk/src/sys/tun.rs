@@ -43,6 +43,11 @@ impl IfReq {
         self.data[..4].copy_from_slice(&mtu.to_ne_bytes());
     }
 
+    /// The union as `int ifr_mtu` (SIOCGIFMTU's answer).
+    pub(crate) fn mtu(&self) -> i32 {
+        i32::from_ne_bytes([self.data[0], self.data[1], self.data[2], self.data[3]])
+    }
+
     /// The union as `struct sockaddr ifr_hwaddr` (ARPHRD_ETHER).
     pub(crate) fn set_hwaddr(&mut self, mac: [u8; 6]) {
         self.data[..2].copy_from_slice(&libc::ARPHRD_ETHER.to_ne_bytes());

@@ -1,0 +1,202 @@
+//! TAP pod ports through `brindle-vrouter serve`: two pods whose `eth0` is a
+//! persistent multi-queue TAP with the virtio-net header and offloads on
+//! (made as the CNI plugin makes it), attached by namespace and name; a
+//! ping, a TCP transfer whose bytes are checked (the pods' kernels send
+//! TSO super-packets and partial checksums: the port cuts and completes
+//! them), and a restart of the vrouter with the pods keeping their TAP and
+//! address.
+//!
+//! Root only: `cargo test -p brindle-vrouter -- --include-ignored`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use brindle_api::framing::{Client, PROTOCOL_VERSION};
+use brindle_api::vrouter::{
+    Changed, Hello, PortDevice, PortKind, PortSpec, PortStatus, Route, RouteTarget, VrouterRequest,
+};
+use brindle_xsk::{Tap, TapConfig};
+use common::{Netns, Vrouter, in_netns, unique};
+
+/// A TAP pod: `eth0` a persistent TAP made in the pod's namespace (no queue
+/// of ours left open), its /32, the routes via 169.254.1.1.
+fn tap_pod(addr: &str, mac: &str) -> Result<Netns> {
+    let ns = Netns::new("tp")?;
+    let file = std::fs::File::open(ns.path())?;
+    let mac: brindle_api::vrouter::Mac = mac.parse().map_err(anyhow::Error::msg)?;
+    let tap = Tap::create(
+        Some(file.as_fd()),
+        &TapConfig::pod("eth0").mtu(1500).mac(mac.0),
+    )?;
+    drop(tap);
+    ns.ip(&["addr", "add", &format!("{addr}/32"), "dev", "eth0"])?;
+    ns.ip(&["link", "set", "eth0", "up"])?;
+    ns.ip(&[
+        "route",
+        "add",
+        "169.254.1.1",
+        "dev",
+        "eth0",
+        "scope",
+        "link",
+    ])?;
+    ns.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "169.254.1.1",
+        "dev",
+        "eth0",
+        "onlink",
+    ])?;
+    Ok(ns)
+}
+
+fn tap_port(name: &str, ns: &Netns, addr: &str) -> PortSpec {
+    PortSpec {
+        name: name.to_owned(),
+        kind: PortKind::Pod,
+        addresses: vec![addr.parse().unwrap()],
+        peer_mac: None,
+        endpoint: None,
+        device: PortDevice::Tap {
+            netns: Some(ns.path()),
+            ifname: "eth0".into(),
+            queues: 1,
+        },
+        workload: None,
+    }
+}
+
+fn local(prefix: &str, port: &str) -> Route {
+    Route {
+        prefix: prefix.parse().unwrap(),
+        target: RouteTarget::Local {
+            port: port.to_owned(),
+        },
+    }
+}
+
+/// Sends `len` pseudo-random bytes from `client` to a listener on `addr`
+/// in `server`, which sends back their count and a checksum; both must
+/// match what was sent.
+fn transfer(server: &Netns, client: &Netns, addr: &str, len: usize) -> Result<()> {
+    let data: Vec<u8> = (0..len as u64)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let sum = |b: &[u8]| {
+        b.iter()
+            .fold(0u64, |a, &x| a.wrapping_mul(31).wrapping_add(u64::from(x)))
+    };
+    let want = (len as u64, sum(&data));
+    let (tx, rx) = mpsc::channel();
+    let bind = format!("{addr}:0");
+    let srv = in_netns(server, move || {
+        let l = TcpListener::bind(&bind)?;
+        tx.send(l.local_addr()?)?;
+        let (mut s, _) = l.accept()?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut got = Vec::new();
+        s.read_to_end(&mut got)?;
+        Ok((got.len() as u64, sum(&got)))
+    });
+    let to = rx
+        .recv_timeout(Duration::from_secs(5))
+        .context("listener did not start")?;
+    let cli = in_netns(client, move || {
+        let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5))?;
+        s.set_write_timeout(Some(Duration::from_secs(10)))?;
+        s.write_all(&data)?;
+        s.shutdown(std::net::Shutdown::Write)?;
+        Ok(())
+    });
+    let sent = cli.join().map_err(|_| anyhow::anyhow!("client panicked"))?;
+    if sent.is_err() {
+        let _ = TcpStream::connect_timeout(&to, Duration::from_millis(100));
+    }
+    sent?;
+    let got = srv
+        .join()
+        .map_err(|_| anyhow::anyhow!("server panicked"))??;
+    anyhow::ensure!(got == want, "received (len, sum) {got:?}, sent {want:?}");
+    Ok(())
+}
+
+fn program(c: &mut Client, ports: &[PortSpec], routes: &[Route]) -> Result<()> {
+    let hello: Hello = c.call(&VrouterRequest::Hello {
+        version: PROTOCOL_VERSION,
+    })?;
+    assert_eq!(hello.version, PROTOCOL_VERSION);
+    let n: Changed = c.call(&VrouterRequest::AddPorts {
+        ports: ports.to_vec(),
+    })?;
+    assert_eq!(n.changed, ports.len() as u64);
+    let n: Changed = c.call(&VrouterRequest::AddRoutes {
+        routes: routes.to_vec(),
+    })?;
+    assert_eq!(n.changed, routes.len() as u64);
+    Ok(())
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn tap_pods_ping_transfer_and_survive_a_vrouter_restart() -> Result<()> {
+    let node = Netns::new("tn")?;
+    let pod_a = tap_pod("10.66.1.2", "02:b4:00:00:00:02")?;
+    let pod_b = tap_pod("10.66.1.3", "02:b4:00:00:00:03")?;
+    let (pa, pb) = (unique("ta"), unique("tb"));
+    let ports = vec![
+        tap_port(&pa, &pod_a, "10.66.1.2"),
+        tap_port(&pb, &pod_b, "10.66.1.3"),
+    ];
+    let routes = vec![local("10.66.1.2/32", &pa), local("10.66.1.3/32", &pb)];
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("vrouter.sock");
+    let args = ["serve", "--socket", socket.to_str().context("path")?];
+
+    let vrouter = Vrouter::start(&node, &args)?;
+    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
+    program(&mut c, &ports, &routes)?;
+    let status: Vec<PortStatus> = c.call(&VrouterRequest::DumpPorts)?;
+    assert_eq!(status.len(), 2);
+    assert!(status.iter().all(|p| p.backend == "tap"), "{status:?}");
+
+    let out = pod_a.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.66.1.3"])?;
+    assert!(out.contains("3 received"), "{out}");
+    // 4 MiB each way: the senders' kernels hand over TSO super-packets.
+    transfer(&pod_b, &pod_a, "10.66.1.3", 4 << 20)?;
+    transfer(&pod_a, &pod_b, "10.66.1.2", 4 << 20)?;
+    drop(c);
+    let last = vrouter.stop()?;
+    assert_eq!(common::counter(&last, "parse_error"), 0, "{last}");
+
+    // The pods keep their TAP and address while no vrouter runs.
+    for pod in [&pod_a, &pod_b] {
+        let link = pod.ip(&["-d", "link", "show", "eth0"])?;
+        assert!(link.contains("tun type tap"), "{link}");
+        assert!(link.contains("persist"), "{link}");
+    }
+    assert!(
+        pod_a
+            .ip(&["addr", "show", "eth0"])?
+            .contains("10.66.1.2/32")
+    );
+
+    // A new vrouter re-attaches by namespace and name.
+    let vrouter = Vrouter::start(&node, &args)?;
+    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
+    program(&mut c, &ports, &routes)?;
+    let out = pod_b.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.66.1.2"])?;
+    assert!(out.contains("3 received"), "{out}");
+    transfer(&pod_a, &pod_b, "10.66.1.2", 1 << 20)?;
+    drop(c);
+    vrouter.stop()?;
+    Ok(())
+}
