@@ -40,6 +40,10 @@ pub struct ServeConfig {
     /// The VXLAN settings the workers start with (the controller's
     /// `set_node` replaces them).
     pub encap: EncapConfig,
+    /// Flows each worker's connection table holds (network policy; 73
+    /// bytes per slot, slots a power of two at most 7/8 full: 100,000 take
+    /// 9.6 MiB per worker, 1,000,000 take 146 MiB).
+    pub flows_per_worker: usize,
 }
 
 /// `[encap]`.
@@ -165,6 +169,7 @@ impl Default for ServeConfig {
             xdp: XdpConfig::default(),
             io: IoMode::Auto,
             encap: EncapConfig::default(),
+            flows_per_worker: crate::policy::DEFAULT_FLOWS_PER_WORKER,
         }
     }
 }
@@ -265,6 +270,10 @@ impl ServeArgs {
 impl ServeConfig {
     /// The engine's settings.
     pub fn engine(&self) -> anyhow::Result<EngineConfig> {
+        anyhow::ensure!(
+            self.flows_per_worker > 0,
+            "flows_per_worker must be at least 1"
+        );
         Ok(EngineConfig {
             cores: parse_cores(&self.cores)?,
             polling: self.polling.unwrap_or(if self.adaptive_polling {
@@ -277,6 +286,7 @@ impl ServeConfig {
             ring_size: Some(self.xdp.ring_size),
             bind: self.xdp.bind.into(),
             xdp_mode: self.xdp.mode.into(),
+            flows_per_worker: self.flows_per_worker,
         })
     }
 }
@@ -335,6 +345,20 @@ mod tests {
         assert_eq!(c.xdp.bind, BindSetting::Auto);
         assert_eq!(c.encap.vxlan_vni, 4096);
         assert_eq!(c.log_format, LogFormat::Text);
+        assert_eq!(c.flows_per_worker, crate::policy::DEFAULT_FLOWS_PER_WORKER);
+    }
+
+    #[test]
+    fn the_flow_table_size_is_configurable_but_never_zero() {
+        let c: ServeConfig = toml::from_str("flows_per_worker = 1000000\n").unwrap();
+        assert_eq!(c.engine().unwrap().flows_per_worker, 1_000_000);
+        let c: ServeConfig = toml::from_str("flows_per_worker = 0\n").unwrap();
+        assert!(
+            c.engine()
+                .unwrap_err()
+                .to_string()
+                .contains("flows_per_worker")
+        );
     }
 
     #[test]

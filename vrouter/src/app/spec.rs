@@ -417,6 +417,7 @@ impl RunConfig {
             ring_size: None,
             bind: d.socket.mode,
             xdp_mode: d.xdp_mode,
+            flows_per_worker: crate::policy::DEFAULT_FLOWS_PER_WORKER,
         }
     }
 

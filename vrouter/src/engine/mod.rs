@@ -68,6 +68,8 @@ pub struct EngineConfig {
     pub bind: BindMode,
     /// Native, generic or either.
     pub xdp_mode: XdpMode,
+    /// Flows each worker's connection table holds (network policy).
+    pub flows_per_worker: usize,
 }
 
 /// What the engine could not do.
@@ -215,7 +217,9 @@ impl Dataplane {
         let mut workers = arenas.into_workers(pipeline, &fib);
         let policy = PolicyCell::new();
         for w in &mut workers {
-            w.pipeline_mut().flows_mut().set_reader(policy.reader());
+            let flows = w.pipeline_mut().flows_mut();
+            flows.set_reader(policy.reader());
+            flows.set_capacity(cfg.flows_per_worker);
         }
         let workers =
             spawn_all(workers, &cfg.cores, cfg.polling, stop).map_err(EngineError::Spawn)?;
