@@ -580,10 +580,12 @@ impl Owner {
         match change {
             EndpointChange::Added { endpoint, replaced } => {
                 let mut reqs = Vec::new();
-                // A retried ADD with another host interface or addresses:
-                // the old programming goes first.
+                // A retried ADD with another host interface, interface kind
+                // or addresses: the old programming goes first.
                 if let Some(old) = &replaced
-                    && (old.host_ifname != endpoint.host_ifname || old.ips != endpoint.ips)
+                    && (old.host_ifname != endpoint.host_ifname
+                        || old.interface != endpoint.interface
+                        || old.ips != endpoint.ips)
                 {
                     reqs.extend(endpoint_removed(old));
                 }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use brindle_api::endpoint::Endpoint;
+use brindle_api::endpoint::{Endpoint, PodInterface};
 use brindle_api::framing::{PROTOCOL_VERSION, Reply};
 use brindle_api::vrouter::{
     DesiredState, Encap, NodeConfig, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
@@ -441,6 +441,38 @@ fn endpoints_are_programmed_replaced_and_removed_and_counted() {
         vec![apply(endpoint_removed(&again))]
     );
     assert_eq!(o.metrics.endpoints.get(), 0);
+}
+
+#[test]
+fn a_retried_add_that_turns_a_veth_pod_into_a_tap_pod_removes_the_veth_port_first() {
+    let mut o = owner();
+    let veth = endpoint("c1", "bri1", "10.244.0.5/32");
+    let mut tap = veth.clone();
+    tap.host_ifname = String::new();
+    tap.interface = PodInterface::Tap {
+        netns: veth.netns.clone(),
+        ifname: "eth0".into(),
+        queues: 1,
+    };
+    let added = |ep: &Endpoint, replaced: Option<&Endpoint>| {
+        Event::Endpoint(EndpointChange::Added {
+            endpoint: Box::new(ep.clone()),
+            replaced: replaced.map(|r| Box::new(r.clone())),
+        })
+    };
+    run(&mut o, added(&veth, None));
+    let mut reqs = endpoint_removed(&veth);
+    reqs.extend(endpoint_added(&tap).unwrap());
+    assert_eq!(run(&mut o, added(&tap, Some(&veth))), vec![apply(reqs)]);
+    // The TAP's queue count changed on a retry: the port is re-made.
+    let mut more = tap.clone();
+    if let PodInterface::Tap { queues, .. } = &mut more.interface {
+        *queues = 2;
+    }
+    let mut reqs = endpoint_removed(&tap);
+    reqs.extend(endpoint_added(&more).unwrap());
+    assert_eq!(run(&mut o, added(&more, Some(&tap))), vec![apply(reqs)]);
+    assert_eq!(o.metrics.endpoints.get(), 1);
 }
 
 #[test]

@@ -3,14 +3,15 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use brindle_api::endpoint::Endpoint;
+use brindle_api::endpoint::{Endpoint, PodInterface};
 use brindle_api::vrouter::{
-    DesiredState, Mac, Neighbor, NodeConfig, PolicyUpdate, PortKind, PortSpec, Route, RouteTarget,
-    VrouterRequest,
+    DesiredState, Mac, Neighbor, NodeConfig, PolicyUpdate, PortDevice, PortKind, PortSpec, Route,
+    RouteTarget, VrouterRequest,
 };
 use brindle_policy::ipset::SetContent;
 use brindle_policy::program::{EndpointKey, Program, ProgramUpdate, SetId, SetUpdate};
 use ipnet::IpNet;
+use sha2::{Digest, Sha256};
 
 /// What the vrouter should hold, kept by the executor whatever the vrouter's
 /// reachability, so a resync can replay it.
@@ -171,16 +172,68 @@ fn host_prefix(net: &IpNet) -> IpNet {
     IpNet::from(net.addr())
 }
 
-/// The requests that attach `ep`: a pod port on its host veth that accepts
-/// only the pod's addresses, then a Local host route per address. Ports
-/// before routes, so a route never names a missing port.
-pub fn endpoint_added(ep: &Endpoint) -> Result<Vec<VrouterRequest>, String> {
-    if ep.host_ifname.is_empty() || ep.host_ifname.len() > 15 {
-        return Err(format!(
-            "host_ifname {:?}: must be an interface name of 1-15 bytes",
-            ep.host_ifname
-        ));
+/// Prefix of the vrouter port names ctrl gives TAP pods.
+pub const TAP_PORT_PREFIX: &str = "tap";
+
+/// The vrouter port name of a TAP pod: `tap` + 11 hex digits of SHA-256 of
+/// the attachment handle (the CNI plugin's host veth names have the same
+/// shape with `bri`). Not a kernel interface (the TAP is in the pod's netns
+/// as `CNI_IFNAME`): a name unique among the vrouter's ports that ctrl
+/// derives again after a restart, so a resync names the same port.
+pub fn tap_port_name(handle: &str) -> String {
+    let digest = Sha256::digest(handle.as_bytes());
+    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{TAP_PORT_PREFIX}{}", &hex[..11])
+}
+
+/// The vrouter port of `ep` and its device: the host veth (AF_XDP) for a
+/// veth pod, [`tap_port_name`] and the pod's TAP by netns and name for a
+/// TAP pod. Errors name the field that cannot be programmed.
+pub fn pod_port(ep: &Endpoint) -> Result<(String, PortDevice), String> {
+    let ifname_ok = |n: &str| !n.is_empty() && n.len() <= 15 && !n.contains('/');
+    match &ep.interface {
+        PodInterface::Veth => {
+            if !ifname_ok(&ep.host_ifname) {
+                return Err(format!(
+                    "host_ifname {:?}: must be an interface name of 1-15 bytes",
+                    ep.host_ifname
+                ));
+            }
+            Ok((ep.host_ifname.clone(), PortDevice::Xdp))
+        }
+        PodInterface::Tap {
+            netns,
+            ifname,
+            queues,
+        } => {
+            if netns.is_empty() {
+                return Err("interface tap: netns is empty".into());
+            }
+            if !ifname_ok(ifname) {
+                return Err(format!(
+                    "interface tap: ifname {ifname:?} must be an interface name of 1-15 bytes"
+                ));
+            }
+            if *queues == 0 {
+                return Err("interface tap: queues must be at least 1".into());
+            }
+            Ok((
+                tap_port_name(&ep.key.handle()),
+                PortDevice::Tap {
+                    netns: Some(netns.clone()),
+                    ifname: ifname.clone(),
+                    queues: *queues,
+                },
+            ))
+        }
     }
+}
+
+/// The requests that attach `ep`: a pod port (its host veth, or its TAP)
+/// that accepts only the pod's addresses, then a Local host route per
+/// address. Ports before routes, so a route never names a missing port.
+pub fn endpoint_added(ep: &Endpoint) -> Result<Vec<VrouterRequest>, String> {
+    let (name, device) = pod_port(ep)?;
     if ep.ips.is_empty() {
         return Err("endpoint has no addresses".into());
     }
@@ -192,12 +245,12 @@ pub fn endpoint_added(ep: &Endpoint) -> Result<Vec<VrouterRequest>, String> {
     Ok(vec![
         VrouterRequest::AddPorts {
             ports: vec![PortSpec {
-                name: ep.host_ifname.clone(),
+                name: name.clone(),
                 kind: PortKind::Pod,
                 addresses: ep.ips.iter().map(|n| n.addr()).collect(),
                 peer_mac,
                 endpoint: Some(ep.key.handle()),
-                device: Default::default(),
+                device,
                 // Network policy's key of the pod (K8S_POD_NAMESPACE/NAME).
                 workload: (!ep.pod.name.is_empty())
                     .then(|| EndpointKey::new(ep.pod.namespace.clone(), ep.pod.name.clone())),
@@ -209,9 +262,7 @@ pub fn endpoint_added(ep: &Endpoint) -> Result<Vec<VrouterRequest>, String> {
                 .iter()
                 .map(|n| Route {
                     prefix: host_prefix(n),
-                    target: RouteTarget::Local {
-                        port: ep.host_ifname.clone(),
-                    },
+                    target: RouteTarget::Local { port: name.clone() },
                 })
                 .collect(),
         },
@@ -220,13 +271,15 @@ pub fn endpoint_added(ep: &Endpoint) -> Result<Vec<VrouterRequest>, String> {
 
 /// The requests that detach `ep`: routes first, then the port.
 pub fn endpoint_removed(ep: &Endpoint) -> Vec<VrouterRequest> {
+    let name = match &ep.interface {
+        PodInterface::Veth => ep.host_ifname.clone(),
+        PodInterface::Tap { .. } => tap_port_name(&ep.key.handle()),
+    };
     vec![
         VrouterRequest::RemoveRoutes {
             prefixes: ep.ips.iter().map(host_prefix).collect(),
         },
-        VrouterRequest::RemovePorts {
-            names: vec![ep.host_ifname.clone()],
-        },
+        VrouterRequest::RemovePorts { names: vec![name] },
     ]
 }
 
@@ -254,6 +307,88 @@ pub(crate) mod tests {
             mtu: 1480,
             interface: Default::default(),
         }
+    }
+
+    /// A TAP pod: no host veth, the TAP `eth0` in the pod's netns.
+    pub(crate) fn tap_endpoint(container: &str, ip: &str) -> Endpoint {
+        let mut ep = endpoint(container, "", ip);
+        ep.interface = PodInterface::Tap {
+            netns: format!("/var/run/netns/{container}"),
+            ifname: "eth0".into(),
+            queues: 2,
+        };
+        ep
+    }
+
+    #[test]
+    fn a_tap_port_name_is_tap_and_eleven_hex_digits_of_the_handle() {
+        // The same value from another SHA-256: `printf %s k8s-pod-network/c1/eth0 | sha256sum`.
+        assert_eq!(tap_port_name("k8s-pod-network/c1/eth0"), "tap966edce24ef");
+        let name = tap_port_name("k8s-pod-network/c2/eth0");
+        assert_eq!(name.len(), 14);
+        assert_ne!(name, tap_port_name("k8s-pod-network/c1/eth0"));
+    }
+
+    #[test]
+    fn a_tap_endpoint_gets_a_tap_port_in_its_netns_and_local_routes_on_it() {
+        let ep = tap_endpoint("c1", "10.244.0.5/32");
+        let name = tap_port_name("k8s-pod-network/c1/eth0");
+        assert_eq!(
+            endpoint_added(&ep).unwrap(),
+            vec![
+                VrouterRequest::AddPorts {
+                    ports: vec![PortSpec {
+                        name: name.clone(),
+                        kind: PortKind::Pod,
+                        addresses: vec!["10.244.0.5".parse().unwrap()],
+                        peer_mac: Some(Mac([2, 0, 0, 0, 0, 1])),
+                        endpoint: Some("k8s-pod-network/c1/eth0".into()),
+                        device: PortDevice::Tap {
+                            netns: Some("/var/run/netns/c1".into()),
+                            ifname: "eth0".into(),
+                            queues: 2,
+                        },
+                        workload: None,
+                    }],
+                },
+                VrouterRequest::AddRoutes {
+                    routes: vec![Route {
+                        prefix: "10.244.0.5/32".parse().unwrap(),
+                        target: RouteTarget::Local { port: name.clone() },
+                    }],
+                },
+            ]
+        );
+        assert_eq!(
+            endpoint_removed(&ep),
+            vec![
+                VrouterRequest::RemoveRoutes {
+                    prefixes: vec!["10.244.0.5/32".parse().unwrap()]
+                },
+                VrouterRequest::RemovePorts { names: vec![name] },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_tap_endpoint_without_netns_name_or_queues_is_refused() {
+        let good = tap_endpoint("c1", "10.244.0.5/32");
+        let with = |f: &dyn Fn(&mut String, &mut String, &mut u16)| {
+            let mut ep = good.clone();
+            if let PodInterface::Tap {
+                netns,
+                ifname,
+                queues,
+            } = &mut ep.interface
+            {
+                f(netns, ifname, queues);
+            }
+            endpoint_added(&ep).unwrap_err()
+        };
+        assert!(with(&|n, _, _| n.clear()).contains("netns"));
+        assert!(with(&|_, i, _| *i = "eth0123456789abc".into()).contains("ifname"));
+        assert!(with(&|_, i, _| i.clear()).contains("ifname"));
+        assert!(with(&|_, _, q| *q = 0).contains("queues"));
     }
 
     #[test]

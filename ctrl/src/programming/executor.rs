@@ -223,8 +223,8 @@ mod tests {
     use super::*;
     use crate::neighbors::NeighborChange;
     use crate::programming::dataplane::RecordingDataplane;
-    use crate::programming::desired::tests::endpoint;
-    use crate::programming::desired::{endpoint_added, endpoint_removed};
+    use crate::programming::desired::tests::{endpoint, tap_endpoint};
+    use crate::programming::desired::{endpoint_added, endpoint_removed, tap_port_name};
 
     fn hello() -> VrouterRequest {
         VrouterRequest::Hello {
@@ -490,6 +490,40 @@ mod tests {
             ["10.244.0.5/32", "10.244.0.6/32", "10.244.1.0/26"]
         );
         assert_eq!(ex.boot_id(), Some("b2"));
+    }
+
+    #[test]
+    fn a_tap_pod_is_replayed_with_its_device_after_a_vrouter_restart_and_removed_by_name() {
+        let (mut ex, fake) = synced();
+        let ep = tap_endpoint("c1", "10.244.0.5/32");
+        let added = endpoint_added(&ep).unwrap();
+        ex.submit(added.clone());
+        assert_eq!(fake.take(), added);
+        fake.restart("b2");
+        ex.reconcile();
+        let reqs = fake.take();
+        let VrouterRequest::Sync { state } = &reqs[1] else {
+            panic!("{reqs:?}")
+        };
+        let VrouterRequest::AddPorts { ports } = &added[0] else {
+            panic!("{added:?}")
+        };
+        // The same port, device and all: the vrouter re-attaches the pod's
+        // TAP by netns and name, and its route names the same port.
+        assert_eq!(&state.ports, ports);
+        let port = tap_port_name(&ep.key.handle());
+        assert_eq!(state.routes, vec![local("10.244.0.5/32", &port)]);
+        ex.submit(endpoint_removed(&ep));
+        assert_eq!(
+            fake.take(),
+            vec![
+                VrouterRequest::RemoveRoutes {
+                    prefixes: vec!["10.244.0.5/32".parse().unwrap()]
+                },
+                VrouterRequest::RemovePorts { names: vec![port] },
+            ]
+        );
+        assert!(ex.desired().ports.is_empty());
     }
 
     #[test]
