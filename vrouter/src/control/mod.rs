@@ -42,6 +42,8 @@ struct PortEntry {
     /// Workers holding the port or a share of its queues; the first one
     /// receives what the others hand over for it.
     owners: Vec<usize>,
+    /// What its steering program sends the vrouter.
+    role: Role,
 }
 
 /// A port in the metrics: name, slot, backend, owning workers.
@@ -277,11 +279,19 @@ impl<E: Effects> Control<E> {
         Ok(1)
     }
 
-    /// What the workers are told about a port, and its steering role.
-    fn endpoint(spec: &api::PortSpec, mac: [u8; 6], mtu: u32) -> (Endpoint, Role) {
+    /// What the workers are told about a port, and its steering role. With
+    /// a host port (`host_port`), a veth pod's program sends the vrouter
+    /// every frame: the pod reaches the node, the Services and the outside
+    /// through the vrouter and the host port (anti-spoofed, tracked), not by
+    /// the kernel's end of its veth; without one, what is not for a pod
+    /// prefix goes to the kernel there, as before.
+    fn endpoint(spec: &api::PortSpec, mac: [u8; 6], mtu: u32, host_port: bool) -> (Endpoint, Role) {
         let peer = spec.peer_mac.map(|m| m.0);
         match spec.kind {
-            api::PortKind::Pod => (Endpoint::pod(spec.addresses.clone(), peer, mtu), Role::Pod),
+            api::PortKind::Pod => {
+                let role = if host_port { Role::All } else { Role::Pod };
+                (Endpoint::pod(spec.addresses.clone(), peer, mtu), role)
+            }
             api::PortKind::Uplink | api::PortKind::Appliance => {
                 let mut e = Endpoint::uplink(mac, mtu);
                 e.peer_mac = peer;
@@ -293,10 +303,17 @@ impl<E: Effects> Control<E> {
                 (e, role)
             }
             // A TAP host port (`brindle0`): the interface is the kernel's
-            // end, so its MAC is the peer's and the vrouter speaks as the
-            // pods' gateway (the kernel resolves 169.254.1.1 to it).
+            // end, so its MAC is the peer's (filled in when the TAP is
+            // opened, unless given) and the vrouter speaks as the pods'
+            // gateway (the kernel resolves 169.254.1.1 to it).
             api::PortKind::Host if matches!(spec.device, api::PortDevice::Tap { .. }) => (
-                Endpoint::host(GATEWAY_MAC, peer.unwrap_or(mac), mtu),
+                Endpoint {
+                    kind: PortKind::Host,
+                    mac: GATEWAY_MAC,
+                    mtu,
+                    addrs: Vec::new(),
+                    peer_mac: peer,
+                },
                 Role::Uplink,
             ),
             api::PortKind::Host => (
@@ -312,8 +329,18 @@ impl<E: Effects> Control<E> {
         }
     }
 
-    fn add_ports(&mut self, ports: Vec<api::PortSpec>) -> Result<u64, RemoteError> {
+    /// Whether a host port is attached.
+    fn has_host_port(&self) -> bool {
+        self.ports
+            .values()
+            .any(|e| e.spec.kind == api::PortKind::Host)
+    }
+
+    fn add_ports(&mut self, mut ports: Vec<api::PortSpec>) -> Result<u64, RemoteError> {
         let mut changed = 0;
+        // The host port first: the pods of the same batch are then steered
+        // for it.
+        ports.sort_by_key(|p| p.kind != api::PortKind::Host);
         for spec in ports {
             if let Some(e) = self.ports.get(&spec.name) {
                 if e.spec == spec {
@@ -332,7 +359,7 @@ impl<E: Effects> Control<E> {
                     mtu: 0,
                 },
             };
-            let (endpoint, role) = Self::endpoint(&spec, link.mac, link.mtu);
+            let (endpoint, role) = Self::endpoint(&spec, link.mac, link.mtu, self.has_host_port());
             let first = self.first_worker(spec.kind);
             let id = match self.free_slots.pop() {
                 Some(id) => id,
@@ -380,14 +407,37 @@ impl<E: Effects> Control<E> {
                     id,
                     backend,
                     owners,
+                    role,
                 },
             );
             changed += 1;
         }
         if changed > 0 {
             self.refresh_fib_for_ports()?;
+            self.resteer_pods()?;
         }
         Ok(changed)
+    }
+
+    /// Re-opens the veth pods whose steering role no longer matches
+    /// whether a host port is attached (it came or went).
+    fn resteer_pods(&mut self) -> Result<(), RemoteError> {
+        let host = self.has_host_port();
+        let stale: Vec<api::PortSpec> = self
+            .ports
+            .values()
+            .filter(|e| e.spec.kind == api::PortKind::Pod && e.spec.device.is_xdp())
+            .filter(|e| e.role != if host { Role::All } else { Role::Pod })
+            .map(|e| e.spec.clone())
+            .collect();
+        if stale.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(pods = stale.len(), host_port = host, "pods re-steered");
+        for spec in &stale {
+            self.detach(&spec.name)?;
+        }
+        self.add_ports(stale).map(|_| ())
     }
 
     /// Closes a port; its routes and neighbours stay in the desired state
@@ -412,6 +462,7 @@ impl<E: Effects> Control<E> {
         }
         if changed > 0 {
             self.refresh_fib_for_ports()?;
+            self.resteer_pods()?;
         }
         Ok(changed)
     }

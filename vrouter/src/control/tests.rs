@@ -433,8 +433,7 @@ fn policy_updates_apply_all_or_nothing_and_pod_workloads_reach_the_workers() {
 
 #[test]
 fn a_tap_host_port_speaks_as_the_gateway_to_the_kernels_mac() {
-    let kernel_mac = [2, 0, 0, 0, 0xb0, 0];
-    let rec = Recording::new(2).with_link("brindle0", kernel_mac);
+    let rec = Recording::new(2).with_link("brindle0", [2, 0, 0, 0, 0xb0, 0]);
     let mut c = Control::new(rec, PipelineConfig::new(Ipv4Addr::UNSPECIFIED, 24));
     let mut host = port("brindle0", PortKind::Host, &[]);
     host.device = api::PortDevice::Tap {
@@ -448,13 +447,77 @@ fn a_tap_host_port_speaks_as_the_gateway_to_the_kernels_mac() {
         _ => None,
     });
     // The dataplane fills in the device's MTU and, as the peer, its MAC.
-    let mut want = Endpoint::host(GATEWAY_MAC, kernel_mac, 0);
+    let mut want = Endpoint::host(GATEWAY_MAC, [0; 6], 0);
     want.peer_mac = None;
     assert_eq!(
         attached,
         Some(want),
         "our MAC is the pods' gateway's, the peer is brindle0's own"
     );
+}
+
+#[test]
+fn veth_pods_send_the_vrouter_everything_while_a_host_port_is_attached() {
+    let rec = Recording::new(1)
+        .with_link("pod1", [2, 0, 0, 0, 1, 1])
+        .with_link("brindle0", [2, 0, 0, 0, 0xb0, 0]);
+    let mut c = Control::new(rec, PipelineConfig::new(Ipv4Addr::UNSPECIFIED, 24));
+    let pod_roles = |c: &mut Control<Recording>| -> Vec<Role> {
+        c.effects_mut()
+            .take()
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Attach { name, role, .. } if name == "pod1" => Some(role),
+                _ => None,
+            })
+            .collect()
+    };
+    let pod = port("pod1", PortKind::Pod, &["10.65.0.2"]);
+    let mut host = port("brindle0", PortKind::Host, &[]);
+    host.device = api::PortDevice::Tap {
+        netns: None,
+        ifname: "brindle0".into(),
+        queues: 1,
+    };
+    // Without a host port: the pod's own prefix steering, as before.
+    changed(
+        &mut c,
+        R::AddPorts {
+            ports: vec![pod.clone()],
+        },
+    );
+    assert_eq!(pod_roles(&mut c), vec![Role::Pod]);
+    // The host port arrives: the pod is re-opened with every frame steered.
+    changed(&mut c, R::AddPorts { ports: vec![host] });
+    assert_eq!(pod_roles(&mut c), vec![Role::All]);
+    // It leaves: back to prefix steering.
+    changed(
+        &mut c,
+        R::RemovePorts {
+            names: vec!["brindle0".into()],
+        },
+    );
+    assert_eq!(pod_roles(&mut c), vec![Role::Pod]);
+    // One batch with both, pod listed first: the host port goes first.
+    let mut c2 = Control::new(
+        Recording::new(1)
+            .with_link("pod1", [2, 0, 0, 0, 1, 1])
+            .with_link("brindle0", [2, 0, 0, 0, 0xb0, 0]),
+        PipelineConfig::new(Ipv4Addr::UNSPECIFIED, 24),
+    );
+    let mut host = port("brindle0", PortKind::Host, &[]);
+    host.device = api::PortDevice::Tap {
+        netns: None,
+        ifname: "brindle0".into(),
+        queues: 1,
+    };
+    changed(
+        &mut c2,
+        R::AddPorts {
+            ports: vec![pod, host],
+        },
+    );
+    assert_eq!(pod_roles(&mut c2), vec![Role::All]);
 }
 
 #[test]
