@@ -1,0 +1,199 @@
+//! The host port for real (issue 14): `brindle-vrouter serve` in a node
+//! netns, programmed as the node daemon does it, with the persistent TAP
+//! `brindle0` as its host port (created by the vrouter when missing), the
+//! kernel routing the pods' block into it via 169.254.1.1 onlink, and a
+//! default route `host` in the vrouter. Checked with the kernel's own
+//! tools: host → pod (ping, TCP), pod → the node's address and an address
+//! beyond the node (the kernel forwards), and a DNAT rule in the node's
+//! kernel (kube-proxy's shape, in nftables) to a pod on the same node whose
+//! reply goes back through the kernel to be un-DNATed.
+//!
+//! Root only: `cargo test -p brindle-vrouter -- --include-ignored`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use brindle_api::framing::{Client, PROTOCOL_VERSION};
+use brindle_api::vrouter::{
+    Changed, Hello, PortDevice, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
+};
+use common::{Netns, Vrouter, in_netns, pod, tcp_exchange, unique};
+
+fn port(name: &str, kind: PortKind, addr: Option<&str>, mac: Option<&str>) -> PortSpec {
+    PortSpec {
+        name: name.to_owned(),
+        kind,
+        addresses: addr.iter().map(|a| a.parse().unwrap()).collect(),
+        peer_mac: mac.map(|m| m.parse().unwrap()),
+        endpoint: None,
+        device: Default::default(),
+        workload: None,
+    }
+}
+
+fn route(prefix: &str, target: RouteTarget) -> Route {
+    Route {
+        prefix: prefix.parse().unwrap(),
+        target,
+    }
+}
+
+/// A TCP exchange whose client dials `dial` and whose server listens on
+/// `listen` (a DNAT between them); returns the peer address the server saw.
+fn tcp_through(server: &Netns, listen: &str, client: &Netns, dial: &str) -> Result<SocketAddr> {
+    let listen: SocketAddr = listen.parse()?;
+    let dial: SocketAddr = dial.parse()?;
+    let l = in_netns(server, move || Ok(TcpListener::bind(listen)?))
+        .join()
+        .map_err(|_| anyhow::anyhow!("bind panicked"))??;
+    let srv = std::thread::spawn(move || -> Result<SocketAddr> {
+        l.set_nonblocking(false)?;
+        let (mut s, peer) = l.accept()?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut buf = [0u8; 4];
+        s.read_exact(&mut buf)?;
+        anyhow::ensure!(&buf == b"ping", "server got {buf:?}");
+        s.write_all(b"pong")?;
+        Ok(peer)
+    });
+    let cli = in_netns(client, move || {
+        let mut s = TcpStream::connect_timeout(&dial, Duration::from_secs(5))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"ping")?;
+        let mut buf = [0u8; 4];
+        s.read_exact(&mut buf)?;
+        anyhow::ensure!(&buf == b"pong", "client got {buf:?}");
+        Ok(())
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("client panicked"))?;
+    if cli.is_err() {
+        // Unblock the listener so its thread ends.
+        let _ = in_netns(server, move || {
+            Ok(TcpStream::connect_timeout(
+                &listen,
+                Duration::from_millis(200),
+            )?)
+        })
+        .join();
+    }
+    cli.context("client through the DNAT")?;
+    srv.join().map_err(|_| anyhow::anyhow!("server panicked"))?
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn the_host_port_carries_host_to_pod_pod_to_outside_and_a_dnat_both_ways() -> Result<()> {
+    let node = Netns::new("vh")?;
+    let outside = Netns::new("vo")?;
+    let (ha, hb, up) = (unique("ha"), unique("hb"), unique("up"));
+    let (mac_a, mac_b) = ("02:b6:00:00:00:02", "02:b6:00:00:00:03");
+    let pod_a = pod(&node, &ha, "10.68.0.2", mac_a)?;
+    let pod_b = pod(&node, &hb, "10.68.0.3", mac_b)?;
+    // The node's underlay and, behind it, the outside (which routes the
+    // pods' block back to the node, as a router with BGP would).
+    node.ip(&[
+        "link",
+        "add",
+        &up,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        &outside.name,
+    ])?;
+    node.ip(&["addr", "add", "203.0.113.1/24", "dev", &up])?;
+    node.ip(&["link", "set", &up, "up"])?;
+    outside.ip(&["addr", "add", "203.0.113.2/24", "dev", "eth0"])?;
+    outside.ip(&["link", "set", "eth0", "up"])?;
+    outside.ip(&["route", "add", "10.68.0.0/24", "via", "203.0.113.1"])?;
+    node.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("vrouter.sock");
+    // One worker: the flow table that marks "entered from the host" and the
+    // reply's are then the same (across workers: see the README).
+    let vrouter = Vrouter::start(
+        &node,
+        &[
+            "serve",
+            "--socket",
+            socket.to_str().context("path")?,
+            "--metrics",
+            "",
+            "--cores",
+            "0",
+        ],
+    )?;
+    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
+    let _: Hello = c.call(&VrouterRequest::Hello {
+        version: PROTOCOL_VERSION,
+    })?;
+    let mut host = port("brindle0", PortKind::Host, None, None);
+    host.device = PortDevice::Tap {
+        netns: None,
+        ifname: "brindle0".into(),
+        queues: 1,
+    };
+    let ports = vec![
+        port(&ha, PortKind::Pod, Some("10.68.0.2"), Some(mac_a)),
+        port(&hb, PortKind::Pod, Some("10.68.0.3"), Some(mac_b)),
+        host,
+    ];
+    let changed: Changed = c.call(&VrouterRequest::AddPorts { ports })?;
+    assert_eq!(changed.changed, 3);
+    let routes = vec![
+        route("10.68.0.2/32", RouteTarget::Local { port: ha.clone() }),
+        route("10.68.0.3/32", RouteTarget::Local { port: hb.clone() }),
+        route("0.0.0.0/0", RouteTarget::Host),
+    ];
+    let changed: Changed = c.call(&VrouterRequest::AddRoutes { routes })?;
+    assert_eq!(changed.changed, 3);
+    // The kernel's side (ctrl's, helper hostk): brindle0 up, the block
+    // into it via the pods' gateway.
+    node.ip(&["link", "set", "brindle0", "up"])?;
+    node.ip(&[
+        "route",
+        "add",
+        "10.68.0.0/24",
+        "via",
+        "169.254.1.1",
+        "dev",
+        "brindle0",
+        "onlink",
+    ])?;
+
+    // Host → pod: ping and TCP (a kubelet probe, a host process).
+    let out = node.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.68.0.2"])?;
+    assert!(out.contains("3 received"), "host → pod: {out}");
+    tcp_exchange(&pod_a, &node, "10.68.0.2").context("host → pod TCP")?;
+    // Pod → the node's address, and beyond it (the kernel forwards).
+    let out = pod_a.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "203.0.113.1"])?;
+    assert!(out.contains("3 received"), "pod → node: {out}");
+    let out = pod_a.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "203.0.113.2"])?;
+    assert!(out.contains("3 received"), "pod → outside: {out}");
+    tcp_exchange(&outside, &pod_a, "203.0.113.2").context("pod → outside TCP")?;
+
+    // A Service: the node's kernel DNATs 10.96.0.10:80 to pod B's 8080, as
+    // kube-proxy's KUBE-SEP rule does. Pod A dials the ClusterIP; B's
+    // reply must cross the kernel again to come from the ClusterIP.
+    node.exec(&[
+        "nft",
+        "add table ip svc; \
+         add chain ip svc pre { type nat hook prerouting priority -100; }; \
+         add rule ip svc pre ip daddr 10.96.0.10 tcp dport 80 dnat to 10.68.0.3:8080",
+    ])?;
+    let seen = tcp_through(&pod_b, "10.68.0.3:8080", &pod_a, "10.96.0.10:80")
+        .context("pod → ClusterIP → pod on the same node")?;
+    assert_eq!(seen.ip().to_string(), "10.68.0.2", "no SNAT on the way");
+
+    let last = vrouter.stop()?;
+    assert!(!last.is_empty());
+    Ok(())
+}
