@@ -45,6 +45,27 @@ pub enum InterfaceKind {
     Tap,
 }
 
+impl InterfaceKind {
+    /// The conflist's spelling (`veth`, `tap`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterfaceKind::Veth => "veth",
+            InterfaceKind::Tap => "tap",
+        }
+    }
+}
+
+impl std::str::FromStr for InterfaceKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "veth" => Ok(InterfaceKind::Veth),
+            "tap" => Ok(InterfaceKind::Tap),
+            _ => Err(format!("pod interface {s:?}: veth or tap")),
+        }
+    }
+}
+
 /// Most queues a TAP takes (the kernel's `MAX_TAP_QUEUES`).
 pub const MAX_TAP_QUEUES: u16 = 256;
 

@@ -6,6 +6,8 @@
 use brindle_api::cni::NetConfList;
 use serde_json::{Value, json};
 
+use crate::config::InterfaceKind;
+
 /// The template, with `${NAME}` placeholders.
 pub const TEMPLATE: &str = include_str!("../conflist/10-brindle.conflist.template");
 
@@ -27,6 +29,12 @@ pub struct ConflistParams {
     pub require_daemon: bool,
     /// The `ipam` section.
     pub ipam: Value,
+    /// What the pod's interface is (`interfaceKind`).
+    pub interface_kind: InterfaceKind,
+    /// Queues of a TAP pod interface (`tapQueues`): the vrouter's workers.
+    /// The vrouter attaches one queue per worker whatever the TAP was made
+    /// with; this sizes the queues the pod's kernel sees from the start.
+    pub tap_queues: u16,
 }
 
 impl Default for ConflistParams {
@@ -39,6 +47,8 @@ impl Default for ConflistParams {
             ctrl_socket: brindle_api::CTRL_SOCKET.into(),
             require_daemon: true,
             ipam: json!({"type": "brindle-ipam"}),
+            interface_kind: InterfaceKind::Veth,
+            tap_queues: 1,
         }
     }
 }
@@ -57,7 +67,9 @@ pub fn render(p: &ConflistParams) -> Result<NetConfList, serde_json::Error> {
         .replace("${ENCAPSULATION}", &quoted(&p.encapsulation))
         .replace("${CTRL_SOCKET}", &quoted(&p.ctrl_socket))
         .replace("${REQUIRE_DAEMON}", &p.require_daemon.to_string())
-        .replace("${IPAM}", &p.ipam.to_string());
+        .replace("${IPAM}", &p.ipam.to_string())
+        .replace("${INTERFACE_KIND}", p.interface_kind.as_str())
+        .replace("${TAP_QUEUES}", &p.tap_queues.to_string());
     serde_json::from_str(&text)
 }
 
@@ -88,6 +100,8 @@ mod tests {
             mtu: 1400,
             encapsulation: "vxlan".into(),
             ctrl_socket: "/tmp/a \"quoted\" path".into(),
+            interface_kind: InterfaceKind::Tap,
+            tap_queues: 4,
             ..Default::default()
         };
         let list = render(&p).unwrap();
@@ -97,5 +111,14 @@ mod tests {
         assert_eq!(cfg.explicit_mtu(), Some(1400));
         assert_eq!(cfg.encapsulation, crate::config::Encapsulation::Vxlan);
         assert_eq!(cfg.ctrl_socket.to_str(), Some("/tmp/a \"quoted\" path"));
+        assert_eq!(
+            (cfg.interface_kind, cfg.tap_queues),
+            (InterfaceKind::Tap, 4)
+        );
+        let veth = render(&ConflistParams::default()).unwrap();
+        let conf = veth.plugin_conf(0, &Map::new(), None).unwrap();
+        let conf = brindle_api::cni::NetConf::parse(conf.to_string().as_bytes()).unwrap();
+        let cfg = crate::config::BrindleConfig::from_conf(&conf).unwrap();
+        assert_eq!(cfg.interface_kind, InterfaceKind::Veth);
     }
 }

@@ -80,6 +80,7 @@ impl World {
             },
             require_daemon: true,
             ipam,
+            ..ConflistParams::default()
         }
     }
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use brindle_api::endpoint::{EndpointRequest, PodInterface};
+use brindle_cni::config::InterfaceKind;
 use brindle_cni::conflist::{ConflistParams, render};
 use brindle_xsk::{Tap, TapConfig, VNET_HDR_LEN};
 use common::*;
@@ -53,13 +54,11 @@ impl World {
             ctrl_socket: self.daemon.path.display().to_string(),
             require_daemon: true,
             ipam,
+            interface_kind: InterfaceKind::Tap,
+            tap_queues: 2,
         })?;
-        let mut conf = list
-            .plugin_conf(0, &Map::new(), None)
-            .context("no first plugin")?;
-        conf["interfaceKind"] = json!("tap");
-        conf["tapQueues"] = json!(2);
-        Ok(conf)
+        list.plugin_conf(0, &Map::new(), None)
+            .context("no first plugin")
     }
 
     fn run(&self, command: &str, pod: &Netns, conf: &Value) -> Result<Exec> {

@@ -183,6 +183,8 @@ fn the_deploy_conflist_is_the_template_rendered_with_the_deploy_values() -> Resu
     assert_eq!(brindle["encapsulation"], "ipip");
     assert_eq!(brindle["mtu"], 0);
     assert_eq!(brindle["requireDaemon"], true);
+    assert_eq!(brindle["interfaceKind"], "veth");
+    assert_eq!(brindle["tapQueues"], 1);
     assert_eq!(brindle["ipam"], json!({"type": "brindle-ipam"}));
     Ok(())
 }

@@ -38,6 +38,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+pub use brindle_cni::config::InterfaceKind;
 use serde_json::Value;
 
 mod cni;
@@ -94,6 +95,10 @@ pub struct LabConfig {
     /// three namespaces probed all pairs per case); 0 skips the step,
     /// `usize::MAX` runs every case.
     pub policy_cases: usize,
+    /// The pods' interface (the conflist's `interfaceKind`): a veth whose
+    /// host end the vrouter takes by AF_XDP, or a TAP in the pod that it
+    /// attaches one queue per worker of (issue 13).
+    pub pod_interface: InterfaceKind,
 }
 
 impl LabConfig {
@@ -111,6 +116,7 @@ impl LabConfig {
             density: 0,
             density_idle_secs: 5,
             policy_cases: 0,
+            pod_interface: InterfaceKind::Veth,
         }
     }
 
@@ -882,9 +888,10 @@ fn summary(cfg: &LabConfig, report: &mut LabReport) {
         })
         .collect();
     println!(
-        "| encap | subnets | nodes | pods | pairs ok | paths as expected | throughput |\n\
-         |---|---|---|---|---|---|---|\n| {} | {} | {} | {} | {}/{} | {}/{} | {} |",
+        "| encap | pod interface | subnets | nodes | pods | pairs ok | paths as expected | throughput |\n\
+         |---|---|---|---|---|---|---|---|\n| {} | {} | {} | {} | {} | {}/{} | {}/{} | {} |",
         cfg.encap,
+        cfg.pod_interface.as_str(),
         cfg.subnets,
         report.nodes,
         report.pods,

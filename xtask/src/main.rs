@@ -387,11 +387,14 @@ fn lab(args: &[String]) -> Result<()> {
             "--throughput-secs" => cfg.throughput_secs = value()?.parse()?,
             "--density" => cfg.density = value()?.parse()?,
             "--policy" => cfg.policy_cases = usize::MAX,
+            "--pod-interface" => {
+                cfg.pod_interface = value()?.parse().map_err(anyhow::Error::msg)?
+            }
             "--keep" => cfg.keep = true,
             "--no-build" => build = false,
             other => bail!(
                 "unknown lab option {other}: lab [--nodes N] [--pods P] \
-                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--density N] [--policy] [--keep] [--no-build] | lab down"
+                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--density N] [--policy] [--pod-interface veth|tap] [--keep] [--no-build] | lab down"
             ),
         }
     }
