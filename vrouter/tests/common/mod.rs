@@ -198,3 +198,40 @@ pub fn counter(line: &str, key: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
+
+/// A TAP pod as the CNI plugin makes it (interface kind tap): `eth0` a
+/// persistent TAP with the virtio-net header made in the pod's namespace
+/// (no queue of ours left open), its /32, the routes via 169.254.1.1.
+pub fn tap_pod(addr: &str, mac: &str) -> Result<Netns> {
+    use std::os::fd::AsFd;
+    let ns = Netns::new("tp")?;
+    let file = std::fs::File::open(ns.path())?;
+    let mac: brindle_api::vrouter::Mac = mac.parse().map_err(anyhow::Error::msg)?;
+    let tap = brindle_xsk::Tap::create(
+        Some(file.as_fd()),
+        &brindle_xsk::TapConfig::pod("eth0").mtu(1500).mac(mac.0),
+    )?;
+    drop(tap);
+    ns.ip(&["addr", "add", &format!("{addr}/32"), "dev", "eth0"])?;
+    ns.ip(&["link", "set", "eth0", "up"])?;
+    ns.ip(&[
+        "route",
+        "add",
+        "169.254.1.1",
+        "dev",
+        "eth0",
+        "scope",
+        "link",
+    ])?;
+    ns.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "169.254.1.1",
+        "dev",
+        "eth0",
+        "onlink",
+    ])?;
+    Ok(ns)
+}
