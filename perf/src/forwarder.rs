@@ -14,8 +14,10 @@ use brindle_xsk::{
 };
 use serde::Serialize;
 
+use crate::daemon::{self, DaemonDirs};
 use crate::topo::{self, RouterPorts, TwoNodePorts};
 use crate::traffic::{ThreadCpu, TrafficError, bind_with_retry, now_ns, pin};
+use brindle_api::vrouter::{PolicyEndpoint, PolicyUpdate};
 
 /// The forwarding between the router's ports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +52,20 @@ pub enum Forwarder {
         binary: PathBuf,
         /// The CPU of both workers.
         cpu: usize,
+    },
+    /// The brindle vrouter as the node daemon (`serve`), programmed over
+    /// its socket as brindle-ctrl does ([`crate::daemon`]): both router
+    /// ports pods with their workloads, and `policy` (when set) in one
+    /// `ApplyPolicy`.
+    BrindleDaemon {
+        /// Path of the brindle-vrouter binary.
+        binary: PathBuf,
+        /// The workers' CPUs, one worker each.
+        cpus: Vec<usize>,
+        /// The workloads of the ingress (generator) and egress (sink) ports.
+        workloads: (PolicyEndpoint, PolicyEndpoint),
+        /// The policy, `None`: none (the flow table stays off).
+        policy: Option<Box<PolicyUpdate>>,
     },
 }
 
@@ -140,6 +156,8 @@ impl Forwarder {
             Forwarder::NullXsk { .. } => "null-afxdp",
             Forwarder::Brindle { .. } => "brindle",
             Forwarder::BrindleVxlan { .. } => "brindle-vxlan",
+            Forwarder::BrindleDaemon { policy: None, .. } => "brindle-daemon",
+            Forwarder::BrindleDaemon { .. } => "brindle-policy",
         }
     }
 
@@ -152,6 +170,24 @@ impl Forwarder {
                 cpus: vec![*cpu],
             }
             .availability(),
+            Forwarder::BrindleDaemon { binary, cpus, .. } => {
+                let help = Command::new(binary)
+                    .args(["serve", "--help"])
+                    .stdin(Stdio::null())
+                    .output();
+                match help {
+                    Ok(out) if out.status.success() => Forwarder::Brindle {
+                        binary: binary.clone(),
+                        cpus: cpus.clone(),
+                    }
+                    .availability(),
+                    Ok(_) => Availability::NotAvailable(format!(
+                        "{} has no `serve` mode",
+                        binary.display()
+                    )),
+                    Err(e) => Availability::NotAvailable(format!("{}: {e}", binary.display())),
+                }
+            }
             Forwarder::Brindle { binary, cpus } => {
                 let help = Command::new(binary)
                     .args(["run", "--help"])
@@ -208,6 +244,7 @@ impl Forwarder {
                     stop,
                     thread: Some(handle),
                     children: Vec::new(),
+                    daemon: None,
                 })
             }
             Forwarder::Brindle { binary, cpus } => {
@@ -229,7 +266,27 @@ impl Forwarder {
                 .map(str::to_owned)
                 .to_vec();
                 let mut running = RunningForwarder::default();
-                running.start_vrouter(binary, &router.ns, &args)?;
+                running.start_vrouter(binary, &router.ns, &args, "running")?;
+                Ok(running)
+            }
+            Forwarder::BrindleDaemon {
+                binary,
+                cpus,
+                workloads,
+                policy,
+            } => {
+                let dirs = DaemonDirs::new(&cpu_list(cpus))?;
+                let args: Vec<String> = vec![
+                    "serve".into(),
+                    "--config".into(),
+                    dirs.config().display().to_string(),
+                ];
+                let mut running = RunningForwarder::default();
+                running.start_vrouter(binary, &router.ns, &args, "serving")?;
+                let socket = dirs.socket();
+                running.daemon = Some(dirs);
+                daemon::wait_ready(&socket)?;
+                daemon::program(&socket, router, workloads, policy.as_deref())?;
                 Ok(running)
             }
             Forwarder::BrindleVxlan { .. } => Err(TrafficError::Thread(
@@ -283,7 +340,7 @@ impl Forwarder {
                 "--cpu".into(),
                 cpu.to_string(),
             ];
-            running.start_vrouter(binary, ns, &args)?;
+            running.start_vrouter(binary, ns, &args, "running")?;
         }
         Ok(running)
     }
@@ -340,6 +397,8 @@ pub struct RunningForwarder {
     thread: Option<JoinHandle<Result<NullForwarderStats, TrafficError>>>,
     /// brindle-vrouter processes and the threads that read their stdout.
     children: Vec<(Child, JoinHandle<Vec<String>>)>,
+    /// The daemon's directories (its socket gives the counters).
+    daemon: Option<DaemonDirs>,
 }
 
 impl RunningForwarder {
@@ -357,13 +416,14 @@ impl RunningForwarder {
     }
 
     /// Starts `<binary> <args>` in namespace `ns` and returns once it
-    /// prints "running" (its sockets and programs are in place), or after
-    /// 5 s in any case.
+    /// prints a line starting with `ready` ("running": its sockets and
+    /// programs are in place), or after 5 s in any case.
     fn start_vrouter(
         &mut self,
         binary: &std::path::Path,
         ns: &str,
         args: &[String],
+        ready: &str,
     ) -> Result<(), TrafficError> {
         // `ip netns exec` execs the binary: the child's pid is the
         // vrouter's, whose /proc/<pid>/stat covers every worker.
@@ -395,7 +455,7 @@ impl RunningForwarder {
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match line_rx.recv_timeout(left) {
-                Ok(l) if l.starts_with("running") => return Ok(()),
+                Ok(l) if l.starts_with(ready) => return Ok(()),
                 Ok(_) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return Ok(()),
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
@@ -445,6 +505,12 @@ impl RunningForwarder {
     /// from its "stopped:" line, CPU filled in by the caller).
     pub fn finish(mut self) -> Result<Option<NullForwarderStats>, TrafficError> {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(dirs) = &self.daemon {
+            // `serve` prints no counters: ask before stopping it.
+            let (stats, _denied) = daemon::counters(&dirs.socket())?;
+            self.stop_children();
+            return Ok(Some(stats));
+        }
         if !self.children.is_empty() {
             // Several processes (one per node): their counters summed.
             let mut total = NullForwarderStats::default();

@@ -9,7 +9,9 @@
 #![deny(missing_docs)]
 
 pub mod calico;
+pub mod calico_policy;
 pub mod control;
+pub mod daemon;
 pub mod forwarder;
 pub mod frame;
 pub mod plot;

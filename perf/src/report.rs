@@ -371,7 +371,7 @@ pub struct Report {
 }
 
 /// The ratios the issue asks for, where both sides ran.
-pub const RATIO_PAIRS: [(&str, &str); 12] = [
+pub const RATIO_PAIRS: [(&str, &str); 17] = [
     ("brindle-vxlan", "kernel-vxlan"),
     ("brindle-vxlan", "brindle"),
     ("null-afxdp", "kernel"),
@@ -384,6 +384,11 @@ pub const RATIO_PAIRS: [(&str, &str); 12] = [
     ("brindle", "kernel-vxlan"),
     ("brindle", "kernel-calico"),
     ("kernel", "generator"),
+    ("brindle-policy", "kernel-calico"),
+    ("brindle-policy-new", "kernel-calico"),
+    ("brindle-policy", "brindle-daemon"),
+    ("brindle-policy-new", "brindle-daemon"),
+    ("brindle-daemon", "brindle"),
 ];
 
 /// Computes [`RATIO_PAIRS`] for every frame size and worker count where

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::calico;
+use crate::calico_policy;
 use crate::forwarder::{Availability, Forwarder};
 use crate::frame::{FlowSpec, FrameSize, WIRE_OVERHEAD};
 use crate::report::{
@@ -53,11 +54,24 @@ pub enum Scenario {
     /// The two nodes' forwarding done by one brindle-vrouter each, over
     /// VXLAN: the comparison for kernel-vxlan.
     BrindleVxlan,
+    /// brindle-vrouter as the node daemon (`serve`), both router ports
+    /// pods with workloads, programmed over its socket, no policy: the
+    /// reference for the policy scenarios.
+    BrindleDaemon,
+    /// The same with kernel-calico's rule set as Calico policies
+    /// ([`crate::calico_policy`]) in one `ApplyPolicy`: established flows.
+    BrindlePolicy,
+    /// The same with 10,000 flows (source ports), each new to the flow
+    /// table on its first frame.
+    BrindlePolicyNew,
 }
+
+/// Flows of the `brindle-policy-new` scenario.
+pub const NEW_FLOWS: u16 = 10_000;
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::Generator,
         Scenario::GeneratorAfxdp,
         Scenario::Kernel,
@@ -68,6 +82,9 @@ impl Scenario {
         Scenario::NullAfxdp,
         Scenario::Brindle,
         Scenario::BrindleVxlan,
+        Scenario::BrindleDaemon,
+        Scenario::BrindlePolicy,
+        Scenario::BrindlePolicyNew,
     ];
 
     /// Its name in tables and JSON.
@@ -83,6 +100,9 @@ impl Scenario {
             Scenario::NullAfxdp => "null-afxdp",
             Scenario::Brindle => "brindle",
             Scenario::BrindleVxlan => "brindle-vxlan",
+            Scenario::BrindleDaemon => "brindle-daemon",
+            Scenario::BrindlePolicy => "brindle-policy",
+            Scenario::BrindlePolicyNew => "brindle-policy-new",
         }
     }
 
@@ -117,6 +137,15 @@ impl Scenario {
             Scenario::BrindleVxlan => {
                 "two nodes, a brindle-vrouter on each: VXLAN encapsulation on A, decapsulation on B"
             }
+            Scenario::BrindleDaemon => {
+                "brindle-vrouter serve, the router's ports as pods with workloads (ctrl's programming over the socket), no policy"
+            }
+            Scenario::BrindlePolicy => {
+                "brindle-daemon + kernel-calico's rule set as Calico policies (50 endpoints) in one ApplyPolicy; established flows"
+            }
+            Scenario::BrindlePolicyNew => {
+                "brindle-policy with 10,000 flows, each new to the flow table on its first frame"
+            }
         }
     }
 
@@ -128,7 +157,13 @@ impl Scenario {
         workers <= 1
             || matches!(
                 self,
-                Scenario::Generator | Scenario::Kernel | Scenario::KernelCalico | Scenario::Brindle
+                Scenario::Generator
+                    | Scenario::Kernel
+                    | Scenario::KernelCalico
+                    | Scenario::Brindle
+                    | Scenario::BrindleDaemon
+                    | Scenario::BrindlePolicy
+                    | Scenario::BrindlePolicyNew
             )
     }
 
@@ -293,7 +328,7 @@ pub fn run_trial(
         endpoint: topology.sink.clone(),
         tag,
         base_src_port: spec.base_src_port,
-        flows: options.flows,
+        flows: prepared.flows,
         frames: 2048,
         queues: topology.queues,
     })?;
@@ -321,7 +356,7 @@ pub fn run_trial(
         FrameSize::Fixed(_) if threads > 1 => GeneratorKind::Afxdp,
         FrameSize::Fixed(_) => prepared.generator,
     };
-    let flows = options.flows.max(threads as u16);
+    let flows = prepared.flows.max(threads as u16);
     let per_thread = flows / threads as u16;
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = prepared
@@ -470,6 +505,8 @@ pub struct Prepared {
     pub workers: usize,
     /// Where the threads run.
     pub placement: Placement,
+    /// Flows of its trials (`--flows`, or the scenario's own).
+    pub flows: u16,
 }
 
 fn prepare(
@@ -521,7 +558,27 @@ fn prepare(
             binary: options.brindle_binary.clone(),
             cpu: options.fwd_cpu,
         },
+        Scenario::BrindleDaemon | Scenario::BrindlePolicy | Scenario::BrindlePolicyNew => {
+            let set =
+                calico_policy::policy_set(options.calico_endpoints, topo::GEN_IP, topo::SINK_IP)
+                    .map_err(|e| TrafficError::Vrouter(format!("the policy set: {e}")))?;
+            let policy = (scenario != Scenario::BrindleDaemon).then(|| {
+                notes.push(set.summary());
+                Box::new(set.update.clone())
+            });
+            Forwarder::BrindleDaemon {
+                binary: options.brindle_binary.clone(),
+                cpus: placement.fwd_cpus.clone(),
+                workloads: (set.src, set.dst),
+                policy,
+            }
+        }
         _ => Forwarder::Kernel,
+    };
+    let flows = if scenario == Scenario::BrindlePolicyNew {
+        NEW_FLOWS
+    } else {
+        options.flows
     };
     if matches!(forwarder, Forwarder::BrindleVxlan { .. }) {
         // Only the vrouters forward (the kernel's routes via the underlay
@@ -530,8 +587,10 @@ fn prepare(
             n.sysctl(&["net.ipv4.ip_forward=0"])?;
         }
     }
-    if let (Forwarder::NullXsk { .. } | Forwarder::Brindle { .. }, Some(router)) =
-        (&forwarder, topology.first_node())
+    if let (
+        Forwarder::NullXsk { .. } | Forwarder::Brindle { .. } | Forwarder::BrindleDaemon { .. },
+        Some(router),
+    ) = (&forwarder, topology.first_node())
     {
         // The kernel must not forward what reaches it (frames the XDP
         // program passes): the forwarder is the only path.
@@ -574,6 +633,7 @@ fn prepare(
         generator,
         workers,
         placement,
+        flows,
     })
 }
 
@@ -604,7 +664,14 @@ pub fn run_scenario_with(
         zero_loss_pps: Vec::new(),
         notes: Vec::new(),
     };
-    if matches!(scenario, Scenario::Brindle | Scenario::BrindleVxlan) {
+    if matches!(
+        scenario,
+        Scenario::Brindle
+            | Scenario::BrindleVxlan
+            | Scenario::BrindleDaemon
+            | Scenario::BrindlePolicy
+            | Scenario::BrindlePolicyNew
+    ) {
         let f = Forwarder::Brindle {
             binary: options.brindle_binary.clone(),
             cpus: Placement::new(options, workers, online_cpus()).fwd_cpus,

@@ -47,6 +47,9 @@ pub enum TrafficError {
     /// A thread died.
     #[error("{0} thread panicked or hung up")]
     Thread(&'static str),
+    /// The vrouter daemon refused or did not answer its programming.
+    #[error("brindle-vrouter serve: {0}")]
+    Vrouter(String),
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of every timestamp.

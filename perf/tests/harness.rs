@@ -113,7 +113,14 @@ fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
     let mut done: Vec<ScenarioResult> = Vec::new();
     for scenario in Scenario::ALL {
         let r = run_scenario(scenario, &options, &done, &mut |_| {});
-        if matches!(scenario, Scenario::Brindle | Scenario::BrindleVxlan) {
+        if matches!(
+            scenario,
+            Scenario::Brindle
+                | Scenario::BrindleVxlan
+                | Scenario::BrindleDaemon
+                | Scenario::BrindlePolicy
+                | Scenario::BrindlePolicyNew
+        ) {
             assert!(
                 matches!(r.status, Status::NotAvailable(_)),
                 "{:?}",
