@@ -46,7 +46,7 @@ use crate::counters::{Counters, DropReason};
 use crate::endpoint::{Endpoint, PortTable};
 use crate::fib::FibReader;
 use crate::frame::{FrameArena, FrameDesc, Port, PortId};
-use crate::pipeline::{BURST, Pipeline, PipelineConfig, TxBatches};
+use crate::pipeline::{BURST, Handed, Pipeline, PipelineConfig, TxBatches};
 use crate::port::handoff::FrameHome;
 
 /// Packets and bytes one port received and transmitted (counted per burst,
@@ -373,11 +373,28 @@ impl Worker {
                 self.handoff.drops += 1;
                 continue;
             }
-            // A pod's flows are checked by the worker that owns its port.
-            if !self.pipeline.police_handed(self.arena.data(desc), id, now) {
-                home.free(&mut self.arena, desc.addr);
-                continue;
-            }
+            // A pod's flows are checked by the worker that owns its port;
+            // the reply of a flow from the host port goes back to it.
+            let i = match self
+                .pipeline
+                .police_handed(self.arena.data_mut(desc), id, now)
+            {
+                Handed::Send => i,
+                Handed::ToHost(h) if !self.remote.get(h as usize).copied().unwrap_or(true) => {
+                    h as usize
+                }
+                Handed::ToHost(_) => {
+                    // No host queue on this worker (the TAP has one per
+                    // worker, so only while it is being opened).
+                    home.free(&mut self.arena, desc.addr);
+                    self.handoff.drops += 1;
+                    continue;
+                }
+                Handed::Drop => {
+                    home.free(&mut self.arena, desc.addr);
+                    continue;
+                }
+            };
             self.handed[i].push(desc);
             if self.handed[i].len() == BURST {
                 self.flush_handed(i);

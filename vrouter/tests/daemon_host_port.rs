@@ -6,7 +6,8 @@
 //! tools: host → pod (ping, TCP), pod → the node's address and an address
 //! beyond the node (the kernel forwards), and a DNAT rule in the node's
 //! kernel (kube-proxy's shape, in nftables) to a pod on the same node whose
-//! reply goes back through the kernel to be un-DNATed.
+//! reply goes back through the kernel to be un-DNATed, the two pods on
+//! different workers.
 //!
 //! Root only: `cargo test -p brindle-vrouter -- --include-ignored`.
 
@@ -19,7 +20,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use brindle_api::framing::{Client, PROTOCOL_VERSION};
 use brindle_api::vrouter::{
-    Changed, Hello, PortDevice, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
+    Changed, Hello, PortDevice, PortKind, PortSpec, PortStatus, Route, RouteTarget, VrouterRequest,
 };
 use common::{Netns, Vrouter, in_netns, pod, tcp_exchange, unique};
 
@@ -117,8 +118,8 @@ fn the_host_port_carries_host_to_pod_pod_to_outside_and_a_dnat_both_ways() -> Re
 
     let dir = tempfile::tempdir()?;
     let socket = dir.path().join("vrouter.sock");
-    // One worker: the flow table that marks "entered from the host" and the
-    // reply's are then the same (across workers: see the README).
+    // Two workers: the pods sit on different ones (asserted below), so the
+    // DNATed packet and its reply cross workers by hand-off.
     let vrouter = Vrouter::start(
         &node,
         &[
@@ -128,7 +129,7 @@ fn the_host_port_carries_host_to_pod_pod_to_outside_and_a_dnat_both_ways() -> Re
             "--metrics",
             "",
             "--cores",
-            "0",
+            "0-1",
         ],
     )?;
     let mut c = Client::connect(&socket, Duration::from_secs(10))?;
@@ -139,7 +140,7 @@ fn the_host_port_carries_host_to_pod_pod_to_outside_and_a_dnat_both_ways() -> Re
     host.device = PortDevice::Tap {
         netns: None,
         ifname: "brindle0".into(),
-        queues: 1,
+        queues: 2,
     };
     let ports = vec![
         port(&ha, PortKind::Pod, Some("10.68.0.2"), Some(mac_a)),
@@ -155,6 +156,14 @@ fn the_host_port_carries_host_to_pod_pod_to_outside_and_a_dnat_both_ways() -> Re
     ];
     let changed: Changed = c.call(&VrouterRequest::AddRoutes { routes })?;
     assert_eq!(changed.changed, 3);
+    let status: Vec<PortStatus> = c.call(&VrouterRequest::DumpPorts)?;
+    let worker = |name: &str| {
+        status
+            .iter()
+            .find(|p| p.spec.name == name)
+            .map(|p| p.worker)
+    };
+    assert_ne!(worker(&ha), worker(&hb), "{status:?}");
     // The kernel's side (ctrl's, helper hostk): brindle0 up, the block
     // into it via the pods' gateway.
     node.ip(&["link", "set", "brindle0", "up"])?;

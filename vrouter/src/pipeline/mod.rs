@@ -58,6 +58,26 @@ use crate::policy::{Flow, Flows};
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::udp::UdpChecksum;
 
+/// The source MAC a frame from the host port carries while it is handed to
+/// another worker's pod port: the owner reads it as "entered from the host
+/// port" (its flow table marks the flow, so the replies go back to the
+/// kernel) and restores the pod port's MAC before the pod sees the frame.
+/// It never leaves the vrouter.
+pub const HANDED_FROM_HOST_MAC: [u8; 6] = [0xee, 0xee, 0xee, 0xee, 0xee, 0xef];
+
+/// What the owner of a pod port does with a frame another worker handed
+/// over for it ([`Pipeline::police_handed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handed {
+    /// Network policy drops it (counted).
+    Drop,
+    /// Send it on the pod port.
+    Send,
+    /// The reply of a flow that entered from the host port: send it on
+    /// this (host) port instead, its MACs rewritten for the kernel.
+    ToHost(PortId),
+}
+
 /// Most frames a worker takes from one port per `rx_burst`.
 pub const BURST: usize = 64;
 
@@ -388,22 +408,55 @@ impl Pipeline {
     /// worker's port `port` (the frame as it will be sent). `false`: the
     /// frame is dropped; the caller frees it, and it is counted here (by
     /// reason, and in `handed_dropped`).
-    pub fn police_handed(&mut self, frame: &[u8], port: PortId, now: Instant) -> bool {
-        if !self
-            .ports
-            .get(port)
-            .is_some_and(|e| e.kind == PortKind::Pod)
-        {
-            return true;
+    ///
+    /// A frame marked [`HANDED_FROM_HOST_MAC`] entered from the host port:
+    /// its flow is marked so, and the pod port's MAC is put back. The reply
+    /// of such a flow goes to the host port ([`Handed::ToHost`], MACs
+    /// rewritten here), so the kernel un-DNATs it.
+    pub fn police_handed(&mut self, frame: &mut [u8], port: PortId, now: Instant) -> Handed {
+        let Some(ep) = self.ports.get(port).filter(|e| e.kind == PortKind::Pod) else {
+            return Handed::Send;
+        };
+        let from_host = frame.get(6..12) == Some(&HANDED_FROM_HOST_MAC[..]);
+        if from_host {
+            frame[6..12].copy_from_slice(&ep.mac);
         }
         self.flows.begin_batch(now, self.ports.host().is_some());
-        match self.flows.check_handed(frame, port, false) {
-            Ok(_) => true,
+        match self.flows.check_handed(frame, port, from_host) {
+            Ok(flow) if flow.reply && flow.from_host && !from_host => {
+                let host = self.ports.host().and_then(|h| {
+                    let e = self.ports.get(h)?;
+                    Some((h, e.mac, e.peer_mac?))
+                });
+                match (host, frame.get_mut(..12)) {
+                    (Some((h, mac, peer)), Some(macs)) => {
+                        macs[..6].copy_from_slice(&peer);
+                        macs[6..].copy_from_slice(&mac);
+                        Handed::ToHost(h)
+                    }
+                    _ => Handed::Send,
+                }
+            }
+            Ok(_) => Handed::Send,
             Err(reason) => {
                 self.counters.drop(reason);
                 self.counters.handed_dropped += 1;
-                false
+                Handed::Drop
             }
+        }
+    }
+
+    /// Marks a frame from the host port that another worker's pod port
+    /// takes ([`HANDED_FROM_HOST_MAC`]).
+    #[cold]
+    fn mark_handed_from_host(&self, arena: &mut FrameArena, port: PortId, out: FrameDesc) {
+        if self
+            .ports
+            .get(port)
+            .is_some_and(|e| e.kind == PortKind::Pod)
+            && let Some(src) = arena.data_mut(out).get_mut(6..12)
+        {
+            src.copy_from_slice(&HANDED_FROM_HOST_MAC);
         }
     }
 
@@ -533,6 +586,10 @@ impl Pipeline {
         };
         self.flows.begin_batch(now, self.ports.host().is_some());
         self.poll_held(arena, tx, now);
+        let from_host = self
+            .ports
+            .get(ingress)
+            .is_some_and(|e| e.kind == PortKind::Host);
         for &desc in rx {
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += u64::from(desc.len);
@@ -544,6 +601,9 @@ impl Pipeline {
                         addr: base + start as u64,
                         len: len as u32,
                     };
+                    if from_host && self.flows.is_remote(port) {
+                        self.mark_handed_from_host(arena, port, out);
+                    }
                     if !tx.push(port, out) {
                         arena.free(base);
                         self.counters.drop(DropReason::TxRingFull);

@@ -526,8 +526,9 @@ impl Flows {
         self.view.track || self.host_port
     }
 
+    /// Whether port slot `port` belongs to another worker.
     #[inline]
-    fn is_remote(&self, port: PortId) -> bool {
+    pub fn is_remote(&self, port: PortId) -> bool {
         self.remote.get(usize::from(port)).copied().unwrap_or(false)
     }
 
