@@ -181,6 +181,13 @@ pub struct Counters {
     /// worker dropped (network policy checked at the pod's owner; in
     /// `dropped()` by reason, though not in `rx_packets`).
     pub handed_dropped: u64,
+    /// TAP super-packets (TSO) carried whole to a TAP pod: each is ONE
+    /// frame in `rx_packets`/`tx_packets` (its bytes in `rx_bytes`), one
+    /// read and one write.
+    pub super_whole: u64,
+    /// TAP super-packets cut into segments in the pipeline (each segment
+    /// is a frame in `rx_packets`).
+    pub super_cut: u64,
     /// Drops by reason, indexed by `DropReason as usize`.
     pub drops: [u64; DROP_REASONS],
 }
@@ -215,7 +222,7 @@ impl Counters {
 impl fmt::Display for Counters {
     /// A two-column table of every non-zero counter (and rx/tx always).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: [(&str, u64); 19] = [
+        let rows: [(&str, u64); 21] = [
             ("rx_packets", self.rx_packets),
             ("rx_bytes", self.rx_bytes),
             ("tx_packets", self.tx_packets),
@@ -235,6 +242,8 @@ impl fmt::Display for Counters {
             ("neighbor_held", self.neighbor_held),
             ("neighbor_released", self.neighbor_released),
             ("handed_dropped", self.handed_dropped),
+            ("super_whole", self.super_whole),
+            ("super_cut", self.super_cut),
         ];
         for (name, value) in rows {
             if value != 0 || name.starts_with("rx_") || name.starts_with("tx_") {

@@ -91,6 +91,8 @@ impl Endpoint {
 #[derive(Clone, Debug, Default)]
 pub struct PortTable {
     endpoints: Vec<Endpoint>,
+    /// Ports that take super-packets whole (TAP ports held by this worker).
+    takes_super: Vec<bool>,
     uplink: Option<PortId>,
     host: Option<PortId>,
 }
@@ -106,6 +108,25 @@ impl PortTable {
         }
         self.endpoints.push(endpoint);
         id
+    }
+
+    /// Marks whether `port` takes super-packets whole (a TAP port this
+    /// worker holds a queue of).
+    pub fn set_takes_super(&mut self, port: PortId, on: bool) {
+        let i = port as usize;
+        if self.takes_super.len() <= i {
+            self.takes_super.resize(i + 1, false);
+        }
+        self.takes_super[i] = on;
+    }
+
+    /// Whether `port` takes super-packets whole.
+    #[inline]
+    pub fn takes_super(&self, port: PortId) -> bool {
+        self.takes_super
+            .get(port as usize)
+            .copied()
+            .unwrap_or(false)
     }
 
     /// The endpoint of `port`.

@@ -109,7 +109,26 @@ pub struct FrameArena {
     frame_size: u32,
     frames: u32,
     free: Vec<u64>,
+    /// Bytes of `mem`: addresses from here on are super-packet slots.
+    main_len: u64,
+    /// Super-packet slots ([`FrameArena::add_super_slots`]): a heap region
+    /// after `mem` in the address space, never handed to the kernel.
+    big: Vec<u8>,
+    big_free: Vec<u64>,
 }
+
+/// Bytes of a super-packet slot: the headroom (whose first
+/// [`SUPER_META_LEN`] bytes keep the frame's virtio-net header), a 64 KiB
+/// IP packet and its Ethernet header with a VLAN tag, rounded up to whole
+/// chunks so a slot starts on a chunk boundary.
+pub fn super_slot_size(frame_size: u32) -> u64 {
+    let need = u64::from(RX_HEADROOM) + 65536 + 18;
+    need.div_ceil(u64::from(frame_size)) * u64::from(frame_size)
+}
+
+/// Bytes at the start of a super-packet slot that keep the frame's
+/// virtio-net header.
+pub const SUPER_META_LEN: usize = 12;
 
 impl FrameArena {
     /// A heap-backed arena of `frames` chunks of `frame_size` bytes, all free.
@@ -140,7 +159,72 @@ impl FrameArena {
             frame_size,
             frames,
             free,
+            main_len: u64::from(frames) * u64::from(frame_size),
+            big: Vec::new(),
+            big_free: Vec::new(),
         }
+    }
+
+    /// Adds `n` super-packet slots ([`super_slot_size`] each, about 66 KiB
+    /// with 2 KiB chunks) on the heap: TAP ports carry a pod's TSO
+    /// super-packets in them, whole, to another TAP port. Replaces any
+    /// slots added before (call it before frames are in flight).
+    pub fn add_super_slots(&mut self, n: u32) {
+        let slot = super_slot_size(self.frame_size);
+        self.big = vec![0u8; (slot * u64::from(n)) as usize];
+        self.big_free = (0..u64::from(n))
+            .rev()
+            .map(|i| self.main_len + i * slot)
+            .collect();
+    }
+
+    /// Whether `addr` is in a super-packet slot.
+    #[inline]
+    pub fn is_super(&self, addr: u64) -> bool {
+        addr >= self.main_len
+    }
+
+    /// Takes a free super-packet slot; returns the address of its first
+    /// byte (the frame goes at `RX_HEADROOM` past it).
+    #[inline]
+    pub fn alloc_super(&mut self) -> Option<u64> {
+        self.big_free.pop()
+    }
+
+    /// Free super-packet slots.
+    pub fn super_free_count(&self) -> usize {
+        self.big_free.len()
+    }
+
+    /// The whole super-packet slot that holds `addr`, writable.
+    #[inline]
+    pub fn super_slot_mut(&mut self, addr: u64) -> &mut [u8] {
+        let slot = super_slot_size(self.frame_size);
+        let i = (addr - self.main_len) / slot;
+        let at = (i * slot) as usize;
+        &mut self.big[at..at + slot as usize]
+    }
+
+    /// The super-packet slot that holds `addr`.
+    #[inline]
+    pub fn super_slot(&self, addr: u64) -> &[u8] {
+        let slot = super_slot_size(self.frame_size);
+        let i = (addr - self.main_len) / slot;
+        let at = (i * slot) as usize;
+        &self.big[at..at + slot as usize]
+    }
+
+    /// Chunk `chunk` (of the main region) and the super-packet slot `slot`,
+    /// both writable (to read a frame over both).
+    pub fn chunk_and_super_mut(&mut self, chunk: u64, slot: u64) -> (&mut [u8], &mut [u8]) {
+        let size = super_slot_size(self.frame_size);
+        let at = ((slot - self.main_len) / size * size) as usize;
+        let base = self.chunk_base(chunk) as usize;
+        let fs = self.frame_size as usize;
+        (
+            &mut self.mem.bytes_mut()[base..base + fs],
+            &mut self.big[at..at + size as usize],
+        )
     }
 
     /// Chunk size in bytes.
@@ -164,6 +248,10 @@ impl FrameArena {
     /// The address of the first byte of the chunk that holds `addr`.
     #[inline]
     pub fn chunk_base(&self, addr: u64) -> u64 {
+        if self.is_super(addr) {
+            let slot = super_slot_size(self.frame_size);
+            return self.main_len + (addr - self.main_len) / slot * slot;
+        }
         addr - offset_in_chunk(addr, self.frame_size)
     }
 
@@ -176,6 +264,11 @@ impl FrameArena {
     /// Returns the chunk that holds `addr` to the free list.
     #[inline]
     pub fn free(&mut self, addr: u64) {
+        if self.is_super(addr) {
+            let base = self.chunk_base(addr);
+            self.big_free.push(base);
+            return;
+        }
         debug_assert!(self.free.len() < self.frames as usize, "double free");
         self.free.push(self.chunk_base(addr));
     }
@@ -183,18 +276,29 @@ impl FrameArena {
     /// The packet's bytes.
     #[inline]
     pub fn data(&self, d: FrameDesc) -> &[u8] {
+        if self.is_super(d.addr) {
+            let at = (d.addr - self.main_len) as usize;
+            return &self.big[at..at + d.len as usize];
+        }
         &self.mem.bytes()[d.addr as usize..d.addr as usize + d.len as usize]
     }
 
     /// The packet's bytes, writable.
     #[inline]
     pub fn data_mut(&mut self, d: FrameDesc) -> &mut [u8] {
+        if self.is_super(d.addr) {
+            let at = (d.addr - self.main_len) as usize;
+            return &mut self.big[at..at + d.len as usize];
+        }
         &mut self.mem.bytes_mut()[d.addr as usize..d.addr as usize + d.len as usize]
     }
 
     /// The whole chunk that holds `addr`, writable (to build a packet in).
     #[inline]
     pub fn chunk_mut(&mut self, addr: u64) -> &mut [u8] {
+        if self.is_super(addr) {
+            return self.super_slot_mut(addr);
+        }
         let base = self.chunk_base(addr) as usize;
         &mut self.mem.bytes_mut()[base..base + self.frame_size as usize]
     }
@@ -253,6 +357,13 @@ pub trait Port: Send {
     /// leaks no frames. The default, for ports that hold none, just drops.
     fn release(self: Box<Self>, arena: &mut FrameArena) {
         let _ = arena;
+    }
+
+    /// Whether the port takes super-packets whole (a frame in a
+    /// super-packet slot of the arena, its virtio-net header at the start of
+    /// the slot): TAP ports. Every other port gets MTU-sized frames.
+    fn takes_super_packets(&self) -> bool {
+        false
     }
 
     /// Frames the port read and dropped itself since the last call (a TAP

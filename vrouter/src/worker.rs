@@ -151,6 +151,10 @@ impl Worker {
         }
         self.remote[id as usize] = remote;
         self.pipeline.flows_mut().set_remote(id, remote);
+        if remote {
+            // Super-packet slots are the worker's own: never handed over.
+            self.pipeline.ports_mut().set_takes_super(id, false);
+        }
         true
     }
 
@@ -184,7 +188,9 @@ impl Worker {
     /// Adds `port`, described by `endpoint`; returns its id (the id FIB
     /// routes to it use).
     pub fn add_port(&mut self, port: Box<dyn Port>, endpoint: Endpoint) -> PortId {
+        let whole = port.takes_super_packets();
         let id = self.pipeline.ports_mut().push(endpoint);
+        self.pipeline.ports_mut().set_takes_super(id, whole);
         debug_assert_eq!(id as usize, self.ports.len());
         self.ports.push(port);
         self.port_stats.push(PortStats::default());
@@ -208,6 +214,8 @@ impl Worker {
             return false;
         }
         self.flush_handed(i);
+        let whole = port.takes_super_packets();
+        self.pipeline.ports_mut().set_takes_super(id, whole);
         let old = std::mem::replace(&mut self.ports[i], port);
         old.release(&mut self.arena);
         if let Some(ep) = self.pipeline.ports_mut().get_mut(id) {

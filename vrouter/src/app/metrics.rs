@@ -188,7 +188,7 @@ pub fn render(snapshots: &[WorkerSnapshot], ports: &[PortRow], routes: u64) -> S
 }
 
 /// Per-worker counter series: name and help, in [`worker_values`] order.
-const WORKER_SERIES: [(&str, &str); 23] = [
+const WORKER_SERIES: [(&str, &str); 25] = [
     ("worker_rx_packets", "Frames received by the worker"),
     ("worker_rx_bytes", "Bytes received by the worker"),
     ("worker_tx_packets", "Frames transmitted by the worker"),
@@ -242,9 +242,17 @@ const WORKER_SERIES: [(&str, &str); 23] = [
         "worker_flows_full",
         "New flows refused because the flow table was full",
     ),
+    (
+        "worker_super_whole",
+        "TAP super-packets (TSO) carried whole to a TAP pod (one frame each)",
+    ),
+    (
+        "worker_super_cut",
+        "TAP super-packets cut into segments before the pipeline",
+    ),
 ];
 
-fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 23] {
+fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 25] {
     let c = &snapshot.counters;
     let h = &snapshot.handoff;
     [
@@ -271,5 +279,7 @@ fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 23] {
         snapshot.flows.table.revalidated,
         snapshot.flows.table.expired,
         snapshot.flows.table.full,
+        c.super_whole,
+        c.super_cut,
     ]
 }

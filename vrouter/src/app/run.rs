@@ -101,6 +101,8 @@ pub fn sum_counters(snaps: &[WorkerSnapshot]) -> Counters {
         t.consumed += c.consumed;
         t.neighbor_held += c.neighbor_held;
         t.neighbor_released += c.neighbor_released;
+        t.super_whole += c.super_whole;
+        t.super_cut += c.super_cut;
         for (sum, d) in t.drops.iter_mut().zip(c.drops) {
             *sum += d;
         }
@@ -124,6 +126,11 @@ pub fn format_counters(c: &Counters) -> String {
         c.decap_ipip,
         c.decap_vxlan
     );
+    for (k, v) in [("super_whole", c.super_whole), ("super_cut", c.super_cut)] {
+        if v > 0 {
+            s.push_str(&format!(" {k}={v}"));
+        }
+    }
     for r in DropReason::ALL {
         let n = c.drops_for(r);
         if n > 0 {

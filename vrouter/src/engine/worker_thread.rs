@@ -251,14 +251,16 @@ impl Arenas {
         })
     }
 
-    /// One worker per arena, each with its range, its own FIB reader and
+    /// One worker per arena, each with its range, [`SUPER_SLOTS_PER_WORKER`]
+    /// super-packet slots, its own FIB reader and
     /// the same settings.
     pub fn into_workers(self, cfg: &PipelineConfig, fib: &Fib) -> Vec<Worker> {
         let homes = self.homes;
         self.arenas
             .into_iter()
             .enumerate()
-            .map(|(i, arena)| {
+            .map(|(i, mut arena)| {
+                arena.add_super_slots(SUPER_SLOTS_PER_WORKER);
                 let mut w = Worker::new(arena, cfg.clone(), fib.reader());
                 w.set_home(homes.home(i));
                 w
@@ -266,6 +268,11 @@ impl Arenas {
             .collect()
     }
 }
+
+/// Super-packet slots of each worker (TAP ports' TSO packets carried
+/// whole): about 66 KiB each, 2.1 MiB per worker, on the heap; each TAP
+/// queue keeps one for its next read, the rest are in flight.
+pub const SUPER_SLOTS_PER_WORKER: u32 = 32;
 
 /// Starts `workers`, worker `i` pinned to `cores[i]` (unpinned when there
 /// is no such core).

@@ -307,7 +307,8 @@ impl Pipeline {
             Ok(p) => p,
             Err(v) => return v,
         };
-        if m.len > plan.mtu {
+        // A super-packet carried whole: its segments must fit.
+        if m.len > plan.mtu && !self.super_fits(plan.port, plan.mtu) {
             if m.df && !local {
                 let next_hop_mtu = u16::try_from(plan.mtu).unwrap_or(u16::MAX);
                 return self.icmp_error(

@@ -180,7 +180,8 @@ impl Pipeline {
             Ok(p) => p,
             Err(v) => return v,
         };
-        if m.len > plan.mtu {
+        // A super-packet carried whole: its segments must fit.
+        if m.len > plan.mtu && !self.super_fits(plan.port, plan.mtu) {
             if local {
                 return Verdict::Drop(DropReason::Mtu);
             }

@@ -42,6 +42,7 @@
 mod forward;
 mod icmp;
 mod ipv6;
+mod superpkt;
 
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
@@ -270,6 +271,10 @@ pub struct Pipeline {
     vtep_macs: Vec<(Ipv4Addr, [u8; 6])>,
     tunnel_peers: Option<HashSet<Ipv4Addr, BuildHasherDefault<FastHasher>>>,
     flows: Flows,
+    /// While a super-packet carried whole is handled (`superpkt.rs`): the
+    /// IP length of one of its segments, checked against the egress MTU
+    /// instead of its own length; 0 otherwise.
+    super_segment: usize,
 }
 
 impl Pipeline {
@@ -293,6 +298,7 @@ impl Pipeline {
             vtep_macs: Vec::new(),
             tunnel_peers: None,
             flows: Flows::new(),
+            super_segment: 0,
         }
     }
 
@@ -591,62 +597,80 @@ impl Pipeline {
             .get(ingress)
             .is_some_and(|e| e.kind == PortKind::Host);
         for &desc in rx {
-            self.counters.rx_packets += 1;
-            self.counters.rx_bytes += u64::from(desc.len);
-            let base = arena.chunk_base(desc.addr);
-            let verdict = self.handle(arena, ingress, desc, &cx);
-            match verdict {
-                Verdict::Tx { port, start, len } => {
-                    let out = FrameDesc {
+            if arena.is_super(desc.addr) {
+                self.super_packet(arena, ingress, from_host, desc, tx, &cx);
+            } else {
+                self.one(arena, ingress, from_host, desc, tx, &cx);
+            }
+        }
+    }
+
+    /// One frame of [`Pipeline::process`].
+    #[inline]
+    fn one(
+        &mut self,
+        arena: &mut FrameArena,
+        ingress: PortId,
+        from_host: bool,
+        desc: FrameDesc,
+        tx: &mut TxBatches,
+        cx: &Cx,
+    ) {
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += u64::from(desc.len);
+        let base = arena.chunk_base(desc.addr);
+        let verdict = self.handle(arena, ingress, desc, cx);
+        match verdict {
+            Verdict::Tx { port, start, len } => {
+                let out = FrameDesc {
+                    addr: base + start as u64,
+                    len: len as u32,
+                };
+                if from_host && self.flows.is_remote(port) {
+                    self.mark_handed_from_host(arena, port, out);
+                }
+                if !tx.push(port, out) {
+                    arena.free(base);
+                    self.counters.drop(DropReason::TxRingFull);
+                }
+            }
+            Verdict::Drop(reason) => {
+                arena.free(base);
+                self.counters.drop(reason);
+            }
+            Verdict::Consumed => {
+                arena.free(base);
+                self.counters.consumed += 1;
+            }
+            Verdict::Hold {
+                port,
+                start,
+                len,
+                next_hop,
+                forwarded,
+            } => {
+                let frame = HeldFrame {
+                    port,
+                    next_hop: next_hop.into(),
+                    desc: FrameDesc {
                         addr: base + start as u64,
                         len: len as u32,
-                    };
-                    if from_host && self.flows.is_remote(port) {
-                        self.mark_handed_from_host(arena, port, out);
-                    }
-                    if !tx.push(port, out) {
-                        arena.free(base);
-                        self.counters.drop(DropReason::TxRingFull);
-                    }
-                }
-                Verdict::Drop(reason) => {
-                    arena.free(base);
-                    self.counters.drop(reason);
-                }
-                Verdict::Consumed => {
-                    arena.free(base);
-                    self.counters.consumed += 1;
-                }
-                Verdict::Hold {
-                    port,
-                    start,
-                    len,
-                    next_hop,
+                    },
+                    since: cx.now,
                     forwarded,
-                } => {
-                    let frame = HeldFrame {
-                        port,
-                        next_hop: next_hop.into(),
-                        desc: FrameDesc {
-                            addr: base + start as u64,
-                            len: len as u32,
-                        },
-                        since: now,
-                        forwarded,
-                    };
-                    if self.held.hold(frame).is_ok() {
-                        self.counters.neighbor_held += 1;
-                    } else {
-                        arena.free(base);
-                        self.counters.drop(DropReason::NeighborQueueFull);
-                    }
-                    self.send_arp_request(arena, port, next_hop, tx, cx.now);
+                };
+                if self.held.hold(frame).is_ok() {
+                    self.counters.neighbor_held += 1;
+                } else {
+                    arena.free(base);
+                    self.counters.drop(DropReason::NeighborQueueFull);
                 }
+                self.send_arp_request(arena, port, next_hop, tx, cx.now);
             }
-            // An ARP reply just learned: its frames leave right behind it.
-            if self.held.may_release(&self.neigh) {
-                self.release_held(arena, tx);
-            }
+        }
+        // An ARP reply just learned: its frames leave right behind it.
+        if self.held.may_release(&self.neigh) {
+            self.release_held(arena, tx);
         }
     }
 

@@ -218,7 +218,8 @@ impl FrameHome {
     #[inline]
     pub fn free(&self, arena: &mut FrameArena, addr: u64) {
         let owner = self.homes.owner(addr);
-        if owner == self.me {
+        // Super-packet slots are never handed over: always this worker's.
+        if owner == self.me || arena.is_super(addr) {
             arena.free(addr);
         } else {
             let base = arena.chunk_base(addr);

@@ -6,23 +6,31 @@
 //!
 //! Receive: a frame is read straight into an arena chunk after the usual
 //! headroom (`readv` of the 12-byte header, the chunk and, past it, the
-//! port's overflow buffer). Then by its header:
+//! tail of one of the worker's super-packet slots, or the port's overflow
+//! buffer when none is free). Then by its header:
 //!
 //! - plain, without `NEEDS_CSUM`: handed on as it is;
 //! - plain with `NEEDS_CSUM` (the pod's kernel left the transport checksum
 //!   to us): completed in place (`brindle_wire::vnet::complete_checksum`);
-//! - a super-packet (TSO/USO, up to 64 KB, it landed in the overflow
-//!   buffer): cut into MTU-sized segments with their checksums
-//!   (`brindle_wire::gso`), one arena chunk each; segments that do not fit
-//!   the caller's batch wait in the buffer for the next `rx_burst`;
+//! - a super-packet (TSO/USO, up to 64 KB) that landed in a slot: the
+//!   chunk's part is copied in front of the tail, the header kept at the
+//!   slot's start, and the slot goes to the pipeline WHOLE (one read);
+//!   `pipeline/superpkt.rs` carries it whole to a TAP pod or cuts it;
+//! - a super-packet that landed in the overflow buffer (no free slot): cut
+//!   here into MTU-sized segments with their checksums (`brindle_wire::gso`),
+//!   one arena chunk each; segments that do not fit the caller's batch wait
+//!   in the buffer for the next `rx_burst`;
 //! - a header that does not parse, a super-packet `Gso` refuses, or a plain
 //!   frame longer than a chunk: freed and counted ([`TapPortStats`]; the
 //!   worker adds them to its `parse_error` drops).
 //!
-//! Transmit: every frame is written with a zero header (nothing to do: the
-//! vrouter's frames carry full checksums). A full device queue (`EAGAIN`)
-//! stops the burst (the caller counts the rest as `tx_ring_full`); any other
-//! write error (the device is down) frees the frame and counts it.
+//! Transmit: a frame in a super-packet slot is written with the header it
+//! came with (its `gso_type`/`gso_size`, `NEEDS_CSUM`: the pod's kernel cuts
+//! and checksums it, as for a veth pair); every other frame with a zero
+//! header (the vrouter's frames carry full checksums). A full device queue
+//! (`EAGAIN`) stops the burst (the caller counts the rest as
+//! `tx_ring_full`); any other write error (the device is down) frees the
+//! frame and counts it.
 
 use std::io::{ErrorKind, IoSlice, IoSliceMut};
 use std::sync::Arc;
@@ -33,7 +41,7 @@ use brindle_wire::gso::Gso;
 use brindle_wire::vnet::{self, VnetHdr};
 use brindle_xsk::TapQueue;
 
-use crate::frame::{FrameArena, FrameDesc, Port, PortPoll, RX_HEADROOM};
+use crate::frame::{FrameArena, FrameDesc, Port, PortPoll, RX_HEADROOM, SUPER_META_LEN};
 use crate::port::handoff::FrameHome;
 
 /// The largest frame a TAP hands over: a 64 KB IP packet, an Ethernet
@@ -49,10 +57,15 @@ pub struct TapPortStats {
     pub rx_malformed: AtomicU64,
     /// Plain frames longer than an arena chunk (freed).
     pub rx_oversize: AtomicU64,
-    /// Super-packets read (each became several frames).
+    /// Super-packets read.
     pub rx_super: AtomicU64,
-    /// Segments cut from them.
+    /// Of them, handed on whole in a super-packet slot of the arena (the
+    /// pipeline carries them whole to a TAP pod or cuts them).
+    pub rx_whole: AtomicU64,
+    /// Segments cut at the port from the others (no slot was free).
     pub rx_segments: AtomicU64,
+    /// Super-packets written whole (with their virtio-net header).
+    pub tx_super: AtomicU64,
     /// Frames whose checksum the port completed (`NEEDS_CSUM`).
     pub rx_csum_completed: AtomicU64,
     /// Reads that failed with an error other than "empty".
@@ -86,6 +99,10 @@ pub struct TapPort {
     /// front, making the whole frame contiguous.
     overflow: Box<[u8]>,
     pending: Option<Pending>,
+    /// A super-packet slot of the arena taken for the reads of one burst
+    /// (given back at its end): a TSO frame's tail lands there and the slot
+    /// goes to the pipeline whole.
+    spare: Option<u64>,
     /// Frames dropped on receive since the worker last asked.
     rx_dropped: u64,
     stats: Arc<TapPortStats>,
@@ -111,6 +128,7 @@ impl TapPort {
             queue,
             overflow: vec![0u8; room + MAX_SUPER_FRAME].into_boxed_slice(),
             pending: None,
+            spare: None,
             rx_dropped: 0,
             stats,
             home: None,
@@ -184,14 +202,29 @@ impl TapPort {
     fn read_one(&mut self, arena: &mut FrameArena, chunk: u64) -> Result<Option<FrameDesc>, ()> {
         let room = (arena.frame_size() - RX_HEADROOM) as usize;
         let mut hdr = [0u8; vnet::HEADER_LEN];
-        let read = {
-            let data = &mut arena.chunk_mut(chunk)[RX_HEADROOM as usize..];
-            let mut iov = [
-                IoSliceMut::new(&mut hdr),
-                IoSliceMut::new(data),
-                IoSliceMut::new(&mut self.overflow[room..]),
-            ];
-            self.queue.read_vectored(&mut iov)
+        if self.spare.is_none() {
+            self.spare = arena.alloc_super();
+        }
+        let read = match self.spare {
+            Some(slot) => {
+                let (data, big) = arena.chunk_and_super_mut(chunk, slot);
+                let tail = RX_HEADROOM as usize + room;
+                let mut iov = [
+                    IoSliceMut::new(&mut hdr),
+                    IoSliceMut::new(&mut data[RX_HEADROOM as usize..]),
+                    IoSliceMut::new(&mut big[tail..]),
+                ];
+                self.queue.read_vectored(&mut iov)
+            }
+            None => {
+                let data = &mut arena.chunk_mut(chunk)[RX_HEADROOM as usize..];
+                let mut iov = [
+                    IoSliceMut::new(&mut hdr),
+                    IoSliceMut::new(data),
+                    IoSliceMut::new(&mut self.overflow[room..]),
+                ];
+                self.queue.read_vectored(&mut iov)
+            }
         };
         let n = match read {
             Ok(n) => n,
@@ -211,6 +244,25 @@ impl TapPort {
             self.drop_rx(|s| &s.rx_malformed);
             return Ok(None);
         };
+        if h.is_gso()
+            && let Some(slot) = self.spare.take()
+        {
+            // Carried whole: the head from the chunk in front of the tail,
+            // the header at the slot's start (the pipeline decides whether
+            // it leaves whole or cut).
+            let head = len.min(room);
+            let (data, big) = arena.chunk_and_super_mut(chunk, slot);
+            let at = RX_HEADROOM as usize;
+            big[at..at + head].copy_from_slice(&data[at..at + head]);
+            big[..SUPER_META_LEN].copy_from_slice(&hdr);
+            arena.free(chunk);
+            TapPortStats::bump(&self.stats.rx_super, 1);
+            TapPortStats::bump(&self.stats.rx_whole, 1);
+            return Ok(Some(FrameDesc {
+                addr: slot + u64::from(RX_HEADROOM),
+                len: len as u32,
+            }));
+        }
         if h.is_gso() {
             // Made contiguous in the overflow buffer: the part that landed
             // in the chunk (all of it when short) goes in front of the rest.
@@ -280,18 +332,30 @@ impl Port for TapPort {
                 }
             }
         }
+        // The worker's slots are shared by all its TAP queues: none is kept
+        // between bursts.
+        if let Some(slot) = self.spare.take() {
+            arena.free(slot);
+        }
         n
     }
 
     fn tx_burst(&mut self, arena: &mut FrameArena, descs: &[FrameDesc]) -> usize {
-        let hdr = [0u8; vnet::HEADER_LEN];
         let mut taken = 0;
         for d in descs {
+            // A super-packet carries its header; anything else has full
+            // checksums and nothing to do.
+            let mut hdr = [0u8; vnet::HEADER_LEN];
+            let whole = arena.is_super(d.addr);
+            if whole {
+                hdr.copy_from_slice(&arena.super_slot(d.addr)[..SUPER_META_LEN]);
+            }
             let frame = arena.data(*d);
             match self
                 .queue
                 .write_vectored(&[IoSlice::new(&hdr), IoSlice::new(frame)])
             {
+                Ok(_) if whole => TapPortStats::bump(&self.stats.tx_super, 1),
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(_) => TapPortStats::bump(&self.stats.tx_errors, 1),
@@ -309,6 +373,16 @@ impl Port for TapPort {
 
     fn poll(&mut self, _arena: &mut FrameArena, _now: Instant) -> PortPoll {
         PortPoll::default()
+    }
+
+    fn takes_super_packets(&self) -> bool {
+        true
+    }
+
+    fn release(self: Box<Self>, arena: &mut FrameArena) {
+        if let Some(slot) = self.spare {
+            arena.free(slot);
+        }
     }
 
     fn take_rx_dropped(&mut self) -> u64 {

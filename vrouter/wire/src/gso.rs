@@ -235,6 +235,17 @@ impl<'a> Gso<'a> {
         self.mss
     }
 
+    /// Where the IP header starts (the Ethernet header's length).
+    pub fn l3_offset(&self) -> usize {
+        self.layout.l3
+    }
+
+    /// IP bytes of a full segment (IP and transport headers and
+    /// `gso_size` payload bytes): what must fit the egress MTU.
+    pub fn ip_segment_len(&self) -> usize {
+        self.layout.payload - self.layout.l3 + self.mss
+    }
+
     /// Bytes of segment `i` (headers included), 0 if there is no such
     /// segment.
     pub fn segment_len(&self, i: usize) -> usize {
