@@ -188,6 +188,11 @@ pub struct Counters {
     /// TAP super-packets cut into segments in the pipeline (each segment
     /// is a frame in `rx_packets`).
     pub super_cut: u64,
+    /// Super-packets a TAP port made of frames of one TX batch (userspace
+    /// GRO, one write each; their frames count in `tx_packets` as usual).
+    pub gro_super: u64,
+    /// The frames those super-packets held.
+    pub gro_segments: u64,
     /// Drops by reason, indexed by `DropReason as usize`.
     pub drops: [u64; DROP_REASONS],
 }
@@ -222,7 +227,7 @@ impl Counters {
 impl fmt::Display for Counters {
     /// A two-column table of every non-zero counter (and rx/tx always).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: [(&str, u64); 21] = [
+        let rows: [(&str, u64); 23] = [
             ("rx_packets", self.rx_packets),
             ("rx_bytes", self.rx_bytes),
             ("tx_packets", self.tx_packets),
@@ -244,6 +249,8 @@ impl fmt::Display for Counters {
             ("handed_dropped", self.handed_dropped),
             ("super_whole", self.super_whole),
             ("super_cut", self.super_cut),
+            ("gro_super", self.gro_super),
+            ("gro_segments", self.gro_segments),
         ];
         for (name, value) in rows {
             if value != 0 || name.starts_with("rx_") || name.starts_with("tx_") {

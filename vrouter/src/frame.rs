@@ -373,6 +373,13 @@ pub trait Port: Send {
         0
     }
 
+    /// Super-packets the port made of frames it was given (userspace GRO
+    /// into a TAP) since the last call, and how many frames they held;
+    /// the frames are counted as transmitted as usual.
+    fn take_tx_coalesced(&mut self) -> (u64, u64) {
+        (0, 0)
+    }
+
     /// Adds to `out` the file descriptors that become readable when frames
     /// arrive, for a worker that blocks in `poll(2)` when idle (interrupt
     /// polling). Ports without any add nothing.

@@ -336,14 +336,25 @@ impl Worker {
             let stats = &mut self.port_stats[ingress];
             stats.rx_packets += n as u64;
             stats.rx_bytes += self.rx[..n].iter().map(|d| u64::from(d.len)).sum::<u64>();
-            self.pipeline.process(
-                &mut self.arena,
-                ingress as PortId,
-                &self.rx[..n],
-                &mut self.tx,
-                now,
-            );
-            self.flush();
+            // A super-packet cut into segments fills TX batches by dozens:
+            // the batches leave after each one (one flush per super-packet,
+            // its segments batched), so they never overflow.
+            let mut from = 0;
+            while from < n {
+                let end = self.rx[from..n]
+                    .iter()
+                    .position(|d| self.arena.is_super(d.addr))
+                    .map_or(n, |i| from + i + 1);
+                self.pipeline.process(
+                    &mut self.arena,
+                    ingress as PortId,
+                    &self.rx[from..end],
+                    &mut self.tx,
+                    now,
+                );
+                self.flush();
+                from = end;
+            }
         }
         if self.pipeline.held_frames() > 0 {
             // Frames waiting for a next hop's MAC leave as soon as it is
@@ -455,9 +466,12 @@ impl Worker {
                 stats.tx_packets += taken as u64;
                 stats.tx_bytes += bytes;
             }
+            let (gro, merged) = port.take_tx_coalesced();
             let counters = self.pipeline.counters_mut();
             counters.tx_packets += taken as u64;
             counters.tx_bytes += bytes;
+            counters.gro_super += gro;
+            counters.gro_segments += merged;
             for d in &batch[taken..] {
                 self.arena.free(d.addr);
                 counters.drop(DropReason::TxRingFull);

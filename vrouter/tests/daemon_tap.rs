@@ -309,3 +309,65 @@ fn tap_pods_carry_tcp_v6_super_packets_whole() -> Result<()> {
     vrouter.stop()?;
     Ok(())
 }
+
+/// A veth pod (its frames reach the vrouter MTU-sized: no GSO towards an
+/// XDP program) and a TAP pod: towards the TAP pod the frames of one batch
+/// are coalesced by userspace GRO (what the uplink's frames get too: the
+/// same TAP transmit); from it, its super-packets are cut for the veth pod.
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn gro_into_a_tap_pod_and_super_packets_cut_for_a_veth_pod() -> Result<()> {
+    let node = Netns::new("tn")?;
+    let veth = unique("hv");
+    let mac_a = "02:b4:00:00:02:02";
+    let pod_a = common::pod(&node, &veth, "10.66.3.2", mac_a)?;
+    let pod_b = tap_pod("10.66.3.3", "02:b4:00:00:02:03")?;
+    let pb = unique("tb");
+    let ports = vec![
+        PortSpec {
+            name: veth.clone(),
+            kind: PortKind::Pod,
+            addresses: vec!["10.66.3.2".parse().unwrap()],
+            peer_mac: Some(mac_a.parse().unwrap()),
+            endpoint: None,
+            device: Default::default(),
+            workload: None,
+        },
+        tap_port(&pb, &pod_b, "10.66.3.3"),
+    ];
+    let routes = vec![local("10.66.3.2/32", &veth), local("10.66.3.3/32", &pb)];
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("vrouter.sock");
+    let args = [
+        "serve",
+        "--socket",
+        socket.to_str().context("path")?,
+        "--metrics",
+        METRICS,
+    ];
+    let vrouter = Vrouter::start(&node, &args)?;
+    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
+    program(&mut c, &ports, &routes)?;
+    transfer(&pod_b, &pod_a, "10.66.3.3", 4 << 20)?;
+    transfer(&pod_a, &pod_b, "10.66.3.2", 4 << 20)?;
+    let m = metrics(&node)?;
+    assert_eq!(
+        sum(&m, "worker_drops_total{", "reason=\"parse_error\""),
+        0,
+        "{m}"
+    );
+    let (gro, merged) = (
+        sum(&m, "worker_gro_super_total{", ""),
+        sum(&m, "worker_gro_segments_total{", ""),
+    );
+    assert!(gro > 0 && merged >= 2 * gro, "gro {gro} {merged}\n{m}");
+    assert!(sum(&m, "worker_super_cut_total{", "") > 0, "{m}");
+    assert_eq!(
+        sum(&m, "worker_drops_total{", "reason=\"tx_ring_full\""),
+        0,
+        "{m}"
+    );
+    drop(c);
+    vrouter.stop()?;
+    Ok(())
+}

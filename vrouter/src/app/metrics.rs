@@ -188,7 +188,7 @@ pub fn render(snapshots: &[WorkerSnapshot], ports: &[PortRow], routes: u64) -> S
 }
 
 /// Per-worker counter series: name and help, in [`worker_values`] order.
-const WORKER_SERIES: [(&str, &str); 25] = [
+const WORKER_SERIES: [(&str, &str); 27] = [
     ("worker_rx_packets", "Frames received by the worker"),
     ("worker_rx_bytes", "Bytes received by the worker"),
     ("worker_tx_packets", "Frames transmitted by the worker"),
@@ -250,9 +250,14 @@ const WORKER_SERIES: [(&str, &str); 25] = [
         "worker_super_cut",
         "TAP super-packets cut into segments before the pipeline",
     ),
+    (
+        "worker_gro_super",
+        "Super-packets made by userspace GRO into a TAP (one write each)",
+    ),
+    ("worker_gro_segments", "Frames those GRO super-packets held"),
 ];
 
-fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 25] {
+fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 27] {
     let c = &snapshot.counters;
     let h = &snapshot.handoff;
     [
@@ -281,5 +286,7 @@ fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 25] {
         snapshot.flows.table.full,
         c.super_whole,
         c.super_cut,
+        c.gro_super,
+        c.gro_segments,
     ]
 }

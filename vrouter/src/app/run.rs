@@ -103,6 +103,8 @@ pub fn sum_counters(snaps: &[WorkerSnapshot]) -> Counters {
         t.neighbor_released += c.neighbor_released;
         t.super_whole += c.super_whole;
         t.super_cut += c.super_cut;
+        t.gro_super += c.gro_super;
+        t.gro_segments += c.gro_segments;
         for (sum, d) in t.drops.iter_mut().zip(c.drops) {
             *sum += d;
         }
@@ -126,7 +128,12 @@ pub fn format_counters(c: &Counters) -> String {
         c.decap_ipip,
         c.decap_vxlan
     );
-    for (k, v) in [("super_whole", c.super_whole), ("super_cut", c.super_cut)] {
+    for (k, v) in [
+        ("super_whole", c.super_whole),
+        ("super_cut", c.super_cut),
+        ("gro_super", c.gro_super),
+        ("gro_segments", c.gro_segments),
+    ] {
         if v > 0 {
             s.push_str(&format!(" {k}={v}"));
         }

@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use brindle_wire::gro::{Gro, Push};
 use brindle_wire::gso::Gso;
 use brindle_wire::vnet::{self, VnetHdr};
 use brindle_xsk::TapQueue;
@@ -66,6 +67,10 @@ pub struct TapPortStats {
     pub rx_segments: AtomicU64,
     /// Super-packets written whole (with their virtio-net header).
     pub tx_super: AtomicU64,
+    /// Super-packets GRO made of frames of one burst (one write each).
+    pub tx_gro_super: AtomicU64,
+    /// The frames they held.
+    pub tx_gro_segments: AtomicU64,
     /// Frames whose checksum the port completed (`NEEDS_CSUM`).
     pub rx_csum_completed: AtomicU64,
     /// Reads that failed with an error other than "empty".
@@ -105,6 +110,11 @@ pub struct TapPort {
     spare: Option<u64>,
     /// Frames dropped on receive since the worker last asked.
     rx_dropped: u64,
+    /// Userspace GRO of the frames written (66 KiB buffer).
+    gro: Gro,
+    /// GRO super-packets written and the frames in them since the worker
+    /// last asked.
+    coalesced: (u64, u64),
     stats: Arc<TapPortStats>,
     home: Option<FrameHome>,
 }
@@ -130,6 +140,8 @@ impl TapPort {
             pending: None,
             spare: None,
             rx_dropped: 0,
+            gro: Gro::new(),
+            coalesced: (0, 0),
             stats,
             home: None,
         }
@@ -144,6 +156,43 @@ impl TapPort {
     /// The port's counters.
     pub fn stats(&self) -> &Arc<TapPortStats> {
         &self.stats
+    }
+
+    /// Writes `hdr` and `frame`; false when the queue is full (`EAGAIN`:
+    /// the frame stays the caller's). Other errors count and drop it.
+    fn write(&mut self, hdr: &[u8], frame: &[u8]) -> bool {
+        match self
+            .queue
+            .write_vectored(&[IoSlice::new(hdr), IoSlice::new(frame)])
+        {
+            Ok(_) => true,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+            Err(_) => {
+                TapPortStats::bump(&self.stats.tx_errors, 1);
+                true
+            }
+        }
+    }
+
+    /// Writes what GRO holds (one write with its header; a lone segment
+    /// as a plain frame). Its frames were taken already: if the queue is
+    /// full they are lost and counted as TX errors.
+    fn flush_gro(&mut self) {
+        let Some(c) = self.gro.take() else { return };
+        let segments = u64::from(c.segments);
+        let ok = match self.queue.write(c.bytes) {
+            Ok(_) => true,
+            Err(_) => {
+                TapPortStats::bump(&self.stats.tx_errors, segments);
+                false
+            }
+        };
+        if ok && segments > 1 {
+            TapPortStats::bump(&self.stats.tx_gro_super, 1);
+            TapPortStats::bump(&self.stats.tx_gro_segments, segments);
+            self.coalesced.0 += 1;
+            self.coalesced.1 += segments;
+        }
     }
 
     fn drop_rx(&mut self, counter: fn(&TapPortStats) -> &AtomicU64) {
@@ -343,25 +392,42 @@ impl Port for TapPort {
     fn tx_burst(&mut self, arena: &mut FrameArena, descs: &[FrameDesc]) -> usize {
         let mut taken = 0;
         for d in descs {
-            // A super-packet carries its header; anything else has full
-            // checksums and nothing to do.
-            let mut hdr = [0u8; vnet::HEADER_LEN];
-            let whole = arena.is_super(d.addr);
-            if whole {
+            if arena.is_super(d.addr) {
+                // A super-packet carries its header (and comes after what
+                // GRO holds of its flow, if anything).
+                self.flush_gro();
+                let mut hdr = [0u8; vnet::HEADER_LEN];
                 hdr.copy_from_slice(&arena.super_slot(d.addr)[..SUPER_META_LEN]);
+                if !self.write(&hdr, arena.data(*d)) {
+                    break;
+                }
+                TapPortStats::bump(&self.stats.tx_super, 1);
+                taken += 1;
+                continue;
             }
+            // Everything else has full checksums: GRO coalesces a flow's
+            // in-order TCP segments of this burst (the kernel's rules,
+            // `brindle_wire::gro`), the rest goes with a zero header.
             let frame = arena.data(*d);
-            match self
-                .queue
-                .write_vectored(&[IoSlice::new(&hdr), IoSlice::new(frame)])
-            {
-                Ok(_) if whole => TapPortStats::bump(&self.stats.tx_super, 1),
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(_) => TapPortStats::bump(&self.stats.tx_errors, 1),
+            let sent = loop {
+                match self.gro.push(frame) {
+                    Push::Merged { flush } => {
+                        if flush {
+                            self.flush_gro();
+                        }
+                        break true;
+                    }
+                    Push::Flush => self.flush_gro(),
+                    Push::Bypass => break self.write(&[0u8; vnet::HEADER_LEN], frame),
+                }
+            };
+            if !sent {
+                break;
             }
             taken += 1;
         }
+        // The end of the batch flushes, as the end of a NAPI poll does.
+        self.flush_gro();
         for d in &descs[..taken] {
             match &self.home {
                 Some(h) => h.free(arena, d.addr),
@@ -369,6 +435,10 @@ impl Port for TapPort {
             }
         }
         taken
+    }
+
+    fn take_tx_coalesced(&mut self) -> (u64, u64) {
+        std::mem::take(&mut self.coalesced)
     }
 
     fn poll(&mut self, _arena: &mut FrameArena, _now: Instant) -> PortPoll {
