@@ -188,7 +188,12 @@ impl Pipeline {
                 if !owned {
                     return Verdict::Drop(DropReason::Spoofed);
                 }
-                complete_partial_l4_checksum(buf, &m);
+                // A super-packet carried whole keeps the pseudo-header sum
+                // its NEEDS_CSUM header asks for: the receiving kernel
+                // finishes it (or cuts it, starting from that sum).
+                if self.super_segment == 0 {
+                    complete_partial_l4_checksum(buf, &m);
+                }
             }
             PortKind::Uplink | PortKind::Host => {}
         }
