@@ -181,9 +181,10 @@ pub struct Counters {
     /// worker dropped (network policy checked at the pod's owner; in
     /// `dropped()` by reason, though not in `rx_packets`).
     pub handed_dropped: u64,
-    /// TAP super-packets (TSO) carried whole to a TAP pod: each is ONE
-    /// frame in `rx_packets`/`tx_packets` (its bytes in `rx_bytes`), one
-    /// read and one write.
+    /// TAP super-packets (TSO) handled whole, routed to a TAP pod: each is
+    /// ONE frame in `rx_packets`/`tx_packets` (its bytes in `rx_bytes`),
+    /// one read and one write, or one drop (anti-spoofing, policy) for all
+    /// its segments.
     pub super_whole: u64,
     /// TAP super-packets cut into segments in the pipeline (each segment
     /// is a frame in `rx_packets`).
