@@ -371,3 +371,176 @@ fn gro_into_a_tap_pod_and_super_packets_cut_for_a_veth_pod() -> Result<()> {
     vrouter.stop()?;
     Ok(())
 }
+
+/// A TAP pod on a served node and a "remote pod" address behind the
+/// kernel's VXLAN on another node (Calico's kernel path as the peer), joined
+/// by an underlay veth: from the peer, segments arrive MTU-sized on the
+/// uplink (no GSO towards an XDP program), are decapsulated and coalesced
+/// by GRO into the TAP pod; from the pod, its super-packets are cut and
+/// encapsulated to the uplink in batches.
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn uplink_to_a_tap_pod_is_coalesced_and_its_super_packets_are_cut_and_encapsulated() -> Result<()> {
+    use brindle_api::vrouter::{Encap, Neighbor, NodeConfig, VxlanConfig};
+    // (the kernel here has no IPIP module: VXLAN it is)
+    let (node, peer) = (Netns::new("tn")?, Netns::new("tk")?);
+    let (u1, u2) = (unique("u"), unique("u"));
+    node.ip(&[
+        "link", "add", &u1, "type", "veth", "peer", "name", &u2, "netns", &peer.name,
+    ])?;
+    node.ip(&["addr", "add", "192.168.79.1/24", "dev", &u1])?;
+    peer.ip(&["addr", "add", "192.168.79.2/24", "dev", &u2])?;
+    node.ip(&["link", "set", &u1, "up"])?;
+    peer.ip(&["link", "set", &u2, "up"])?;
+    // The peer: the kernel's VXLAN (Calico's vxlan.calico: VNI 4096, port
+    // 4789) with the VTEP MACs Brindle derives from the node addresses, the
+    // remote pod's address on it.
+    peer.ip(&[
+        "link",
+        "add",
+        "vxc",
+        "address",
+        "02:b1:c0:a8:4f:02",
+        "type",
+        "vxlan",
+        "id",
+        "4096",
+        "dstport",
+        "4789",
+        "local",
+        "192.168.79.2",
+        "dev",
+        &u2,
+        "nolearning",
+    ])?;
+    peer.ip(&["addr", "add", "10.66.9.1/32", "dev", "vxc"])?;
+    peer.ip(&["link", "set", "vxc", "up"])?;
+    // Checksums complete on the wire, as a NIC leaves them: a veth would
+    // carry the kernel's partial inner checksums to the uplink instead.
+    peer.exec(&["ethtool", "-K", "vxc", "tx", "off"])?;
+    peer.ip(&[
+        "neigh",
+        "add",
+        "10.66.5.0",
+        "lladdr",
+        "02:b1:c0:a8:4f:01",
+        "dev",
+        "vxc",
+    ])?;
+    peer.exec(&[
+        "bridge",
+        "fdb",
+        "add",
+        "02:b1:c0:a8:4f:01",
+        "dev",
+        "vxc",
+        "dst",
+        "192.168.79.1",
+    ])?;
+    peer.ip(&[
+        "route",
+        "add",
+        "10.66.5.0/24",
+        "via",
+        "10.66.5.0",
+        "dev",
+        "vxc",
+        "onlink",
+        "src",
+        "10.66.9.1",
+    ])?;
+    // Calico's VXLAN pod MTU: 1500 less the outer headers.
+    let pod = tap_pod("10.66.5.2", "02:b4:00:00:03:02")?;
+    pod.ip(&["link", "set", "eth0", "mtu", "1450"])?;
+    let pp = unique("tp");
+
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("vrouter.sock");
+    let args = [
+        "serve",
+        "--socket",
+        socket.to_str().context("path")?,
+        "--metrics",
+        METRICS,
+    ];
+    let vrouter = Vrouter::start(&node, &args)?;
+    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
+    let _: Hello = c.call(&VrouterRequest::Hello {
+        version: PROTOCOL_VERSION,
+    })?;
+    let _: Changed = c.call(&VrouterRequest::SetNode {
+        node: NodeConfig {
+            address_v4: Some("192.168.79.1".parse()?),
+            address_v6: None,
+            underlay_subnet: Some("192.168.79.0/24".parse()?),
+            underlay_gateway: None,
+            vxlan: VxlanConfig::default(),
+            tunnel_peers: vec!["192.168.79.2".parse()?],
+        },
+    })?;
+    let uplink = PortSpec {
+        name: u1.clone(),
+        kind: PortKind::Uplink,
+        addresses: vec![],
+        peer_mac: None,
+        endpoint: None,
+        device: Default::default(),
+        workload: None,
+    };
+    let _: Changed = c.call(&VrouterRequest::AddPorts {
+        ports: vec![uplink, tap_port(&pp, &pod, "10.66.5.2")],
+    })?;
+    let _: Changed = c.call(&VrouterRequest::AddRoutes {
+        routes: vec![
+            local("10.66.5.2/32", &pp),
+            Route {
+                prefix: "10.66.9.0/24".parse()?,
+                target: RouteTarget::Encap {
+                    encap: Encap::Vxlan,
+                    remote: "192.168.79.2".parse()?,
+                },
+            },
+        ],
+    })?;
+    // The peer's MAC as ctrl hands it over from the kernel's table.
+    let _ = node.exec(&["ping", "-c", "1", "-W", "1", "192.168.79.2"]);
+    let out = peer.ip(&["link", "show", &u2])?;
+    let mac = out
+        .split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .context("peer MAC")?
+        .to_owned();
+    let _: Changed = c.call(&VrouterRequest::SetNeighbors {
+        neighbors: vec![Neighbor {
+            port: u1.clone(),
+            ip: "192.168.79.2".parse()?,
+            mac: mac.parse().map_err(anyhow::Error::msg)?,
+        }],
+    })?;
+    let out = pod.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.66.9.1"])?;
+    assert!(out.contains("3 received"), "{out}");
+    transfer(&pod, &peer, "10.66.5.2", 4 << 20)?;
+    transfer(&peer, &pod, "10.66.9.1", 4 << 20)?;
+
+    let m = metrics(&node)?;
+    for bad in ["parse_error", "tx_ring_full", "mtu", "no_room"] {
+        let with = format!("reason=\"{bad}\"");
+        assert_eq!(sum(&m, "worker_drops_total{", &with), 0, "{bad}\n{m}");
+    }
+    let (gro, merged) = (
+        sum(&m, "worker_gro_super_total{", ""),
+        sum(&m, "worker_gro_segments_total{", ""),
+    );
+    assert!(gro > 0 && merged >= 2 * gro, "gro {gro} {merged}\n{m}");
+    assert!(sum(&m, "worker_super_cut_total{", "") > 0, "{m}");
+    assert!(sum(&m, "worker_encap_vxlan_total{", "") > 0, "{m}");
+    assert!(sum(&m, "worker_decap_vxlan_total{", "") > 0, "{m}");
+    eprintln!(
+        "uplink gro_super {gro} gro_segments {merged} super_cut {}",
+        sum(&m, "worker_super_cut_total{", "")
+    );
+    drop(c);
+    vrouter.stop()?;
+    Ok(())
+}
