@@ -221,6 +221,10 @@ fn tap_pods_ping_transfer_and_survive_a_vrouter_restart() -> Result<()> {
     );
     assert!(sum(&m, "worker_super_whole_total{", "") > 0, "{m}");
     assert_eq!(sum(&m, "worker_super_cut_total{", ""), 0, "{m}");
+    // The TAP ports' own counters: read whole, written whole.
+    let with = format!("port=\"{pb}\"");
+    assert!(sum(&m, "port_tap_rx_whole_total{", &with) > 0, "{m}");
+    assert!(sum(&m, "port_tap_tx_super_total{", &with) > 0, "{m}");
     drop(c);
     vrouter.stop()?;
 
@@ -361,6 +365,8 @@ fn gro_into_a_tap_pod_and_super_packets_cut_for_a_veth_pod() -> Result<()> {
         sum(&m, "worker_gro_segments_total{", ""),
     );
     assert!(gro > 0 && merged >= 2 * gro, "gro {gro} {merged}\n{m}");
+    let with = format!("port=\"{pb}\"");
+    assert_eq!(sum(&m, "port_tap_tx_gro_super_total{", &with), gro, "{m}");
     assert!(sum(&m, "worker_super_cut_total{", "") > 0, "{m}");
     assert_eq!(
         sum(&m, "worker_drops_total{", "reason=\"tx_ring_full\""),

@@ -145,7 +145,7 @@ fn answer<E: Effects>(stream: &mut TcpStream, control: &Mutex<Control<E>>) {
                     .into_iter()
                     .map(Option::unwrap_or_default)
                     .collect();
-                render(&snaps, &c.port_owners(), c.routes())
+                render(&snaps, &c.port_owners(), &c.tap_stats(), c.routes())
             };
             reply(
                 stream,

@@ -28,6 +28,11 @@ struct PortLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PortOnly {
+    port: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WorkerLabels {
     worker: String,
 }
@@ -71,7 +76,12 @@ impl Collector for BatchHistogram {
 
 /// Renders the workers' snapshots (index = worker) in the Prometheus text
 /// format.
-pub fn render(snapshots: &[WorkerSnapshot], ports: &[PortRow], routes: u64) -> String {
+pub fn render(
+    snapshots: &[WorkerSnapshot],
+    ports: &[PortRow],
+    taps: &[crate::port::tap::TapStatsRow],
+    routes: u64,
+) -> String {
     let mut registry = Registry::with_prefix("brindle_vrouter");
     let families: Vec<Family<WorkerLabels, Counter>> = (0..WORKER_SERIES.len())
         .map(|_| Family::default())
@@ -158,6 +168,21 @@ pub fn render(snapshots: &[WorkerSnapshot], ports: &[PortRow], routes: u64) -> S
     registry.register("port_rx_bytes", "Bytes received on the port", rx_b);
     registry.register("port_tx_packets", "Frames transmitted on the port", tx_p);
     registry.register("port_tx_bytes", "Bytes transmitted on the port", tx_b);
+    if let Some((_, first)) = taps.first() {
+        // One family per TAP counter, labelled by port (all its queues).
+        for (i, (key, _)) in first.iter().enumerate() {
+            let f = Family::<PortOnly, Counter>::default();
+            for (name, values) in taps {
+                f.get_or_create(&PortOnly { port: name.clone() })
+                    .inc_by(values[i].1);
+            }
+            registry.register(
+                format!("port_tap_{key}"),
+                format!("TAP port counter {key} (all its queues)"),
+                f,
+            );
+        }
+    }
     let g = Gauge::<i64>::default();
     g.set(i64::try_from(routes).unwrap_or(i64::MAX));
     registry.register("routes", "Routes in the FIB", g);

@@ -90,6 +90,10 @@ pub trait Effects {
     /// Hands every worker a new network policy view (taken at its next
     /// batch).
     fn publish_policy(&mut self, view: Arc<PolicyView>);
+    /// The counters of every attached TAP port (none by default).
+    fn tap_stats(&self) -> Vec<crate::port::tap::TapStatsRow> {
+        Vec::new()
+    }
 }
 
 // ===== impl Effects for Dataplane =====
@@ -206,6 +210,10 @@ impl Effects for Dataplane {
 
     fn snapshots(&self) -> Vec<Option<WorkerSnapshot>> {
         Dataplane::snapshots(self)
+    }
+
+    fn tap_stats(&self) -> Vec<crate::port::tap::TapStatsRow> {
+        Dataplane::tap_stats(self)
     }
 
     fn shutdown(&mut self) -> Vec<WorkerSnapshot> {

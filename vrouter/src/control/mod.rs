@@ -751,6 +751,11 @@ impl<E: Effects> Control<E> {
         self.effects.fib_len() as u64
     }
 
+    /// The counters of every attached TAP port, for metrics.
+    pub fn tap_stats(&self) -> Vec<crate::port::tap::TapStatsRow> {
+        self.effects.tap_stats()
+    }
+
     /// Ports by name with their slot, backend and owning workers, for
     /// metrics.
     pub fn port_owners(&self) -> Vec<PortRow> {

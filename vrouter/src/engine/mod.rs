@@ -149,6 +149,9 @@ pub struct Dataplane {
     xdp: XdpPortConfig,
     io: IoMode,
     policy: PolicyCell,
+    /// Every TAP port's counters by port name (dead once its queues are
+    /// released).
+    tap_stats: std::sync::Mutex<Vec<(String, std::sync::Weak<crate::port::tap::TapPortStats>)>>,
 }
 
 impl Dataplane {
@@ -232,6 +235,7 @@ impl Dataplane {
             xdp,
             io: cfg.io,
             policy,
+            tap_stats: Default::default(),
         })
     }
 

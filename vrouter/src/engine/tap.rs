@@ -68,6 +68,11 @@ impl Dataplane {
             mac: tap.mac(),
         };
         let stats = Arc::new(TapPortStats::default());
+        {
+            let mut all = self.tap_stats.lock().unwrap_or_else(|e| e.into_inner());
+            all.retain(|(n, w)| n != name && w.strong_count() > 0);
+            all.push((name.to_owned(), Arc::downgrade(&stats)));
+        }
         let first = first % workers;
         let frame_size = self.xdp.frame_size;
         let parts: PortParts = tap
@@ -106,5 +111,13 @@ impl Dataplane {
         };
         let owners = self.install_port(id, name, info, parts, &endpoint)?;
         Ok((owners, link, backend))
+    }
+
+    /// The counters of every attached TAP port, by port name.
+    pub fn tap_stats(&self) -> Vec<crate::port::tap::TapStatsRow> {
+        let all = self.tap_stats.lock().unwrap_or_else(|e| e.into_inner());
+        all.iter()
+            .filter_map(|(n, w)| Some((n.clone(), w.upgrade()?.values())))
+            .collect()
     }
 }

@@ -49,6 +49,12 @@ use crate::port::handoff::FrameHome;
 /// header and a VLAN tag.
 pub const MAX_SUPER_FRAME: usize = 65536 + 18;
 
+/// How many counters [`TapPortStats::values`] gives.
+pub const TAP_STATS: usize = 11;
+
+/// One TAP port's counters by name, for the metrics.
+pub type TapStatsRow = (String, [(&'static str, u64); TAP_STATS]);
+
 /// Counters of one TAP port (all its queues), shared with the control
 /// side.
 #[derive(Debug, Default)]
@@ -82,6 +88,24 @@ pub struct TapPortStats {
 impl TapPortStats {
     fn bump(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Every counter by name (the metrics' `port_tap_<name>`).
+    pub fn values(&self) -> [(&'static str, u64); TAP_STATS] {
+        let v = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("rx_malformed", v(&self.rx_malformed)),
+            ("rx_oversize", v(&self.rx_oversize)),
+            ("rx_super", v(&self.rx_super)),
+            ("rx_whole", v(&self.rx_whole)),
+            ("rx_segments", v(&self.rx_segments)),
+            ("tx_super", v(&self.tx_super)),
+            ("tx_gro_super", v(&self.tx_gro_super)),
+            ("tx_gro_segments", v(&self.tx_gro_segments)),
+            ("rx_csum_completed", v(&self.rx_csum_completed)),
+            ("rx_errors", v(&self.rx_errors)),
+            ("tx_errors", v(&self.tx_errors)),
+        ]
     }
 }
 
