@@ -34,6 +34,9 @@ pub struct DensityReport {
     pub distinct_addresses: usize,
     pub del: Duration,
     pub del_failures: Vec<String>,
+    /// CPU time the ADDs and the DELs cost, by part.
+    pub add_cpu: CpuSplit,
+    pub del_cpu: CpuSplit,
     /// Pods that lost at least one of 3 pings (0.2 s apart) from a pod on
     /// node 2, and from a pod on node 1 (one ping): the first packets.
     pub remote_lossy: Vec<String>,
@@ -84,6 +87,16 @@ impl fmt::Display for DensityReport {
             self.del.as_secs_f64(),
             self.del_failures.len(),
             self.endpoints_left
+        )?;
+        writeln!(
+            f,
+            "| CPU per ADD: the runtime side (netns, `ip netns exec`, every plugin), node 1's ctrl, vrouter, etcd; whole machine | {} |",
+            self.add_cpu.per_pod(n)
+        )?;
+        writeln!(
+            f,
+            "| CPU per DEL: the same parts | {} |",
+            self.del_cpu.per_pod(n)
         )?;
         writeln!(
             f,
@@ -153,6 +166,7 @@ pub(crate) fn run(cfg: &LabConfig, pods: &mut Vec<Pod>) -> Result<DensityReport>
     let made = Mutex::new(Vec::new());
     let failures = Mutex::new(Vec::new());
     let slowest = Mutex::new(Duration::ZERO);
+    let cpu = Cpu::sample();
     let start = Instant::now();
     thread::scope(|s| {
         for i in 1..=n {
@@ -171,6 +185,7 @@ pub(crate) fn run(cfg: &LabConfig, pods: &mut Vec<Pod>) -> Result<DensityReport>
         }
     });
     report.add = start.elapsed();
+    report.add_cpu = Cpu::sample().since(&cpu);
     report.add_slowest = *lock(&slowest);
     report.add_failures = failures.into_inner().unwrap_or_default();
     let mut made = made.into_inner().unwrap_or_default();
@@ -201,6 +216,7 @@ pub(crate) fn run(cfg: &LabConfig, pods: &mut Vec<Pod>) -> Result<DensityReport>
 
     idle(cfg, &mut report)?;
 
+    let cpu = Cpu::sample();
     let start = Instant::now();
     let del_failures = Mutex::new(Vec::new());
     thread::scope(|s| {
@@ -214,6 +230,7 @@ pub(crate) fn run(cfg: &LabConfig, pods: &mut Vec<Pod>) -> Result<DensityReport>
         }
     });
     report.del = start.elapsed();
+    report.del_cpu = Cpu::sample().since(&cpu);
     report.del_failures = del_failures.into_inner().unwrap_or_default();
     for pod in pods.drain(first..) {
         let _ = ip(&["netns", "del", &pod.name]);
@@ -331,13 +348,105 @@ fn idle(cfg: &LabConfig, report: &mut DensityReport) -> Result<()> {
 
 /// User plus system time of a process and its threads, in clock ticks.
 fn cpu_ticks(pid: u32) -> Result<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    stat_ticks(&format!("/proc/{pid}/stat"), 11)
+}
+
+/// The sum of a `/proc/<pid>/stat` file's two tick fields from index
+/// `first` (counted from field 3): 11 is utime+stime, 13 the reaped
+/// children's cutime+cstime.
+fn stat_ticks(path: &str, first: usize) -> Result<u64> {
+    let stat = fs::read_to_string(path)?;
     let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = after.split_whitespace().collect();
-    // utime and stime are fields 14 and 15; `after` starts at field 3.
-    match (f.get(11), f.get(12)) {
+    match (f.get(first), f.get(first + 1)) {
         (Some(u), Some(s)) => Ok(u.parse::<u64>()? + s.parse::<u64>()?),
-        _ => bail!("/proc/{pid}/stat too short"),
+        _ => bail!("{path} too short"),
+    }
+}
+
+/// Busy ticks of the whole machine (every CPU, all but idle and iowait).
+fn machine_ticks() -> Result<u64> {
+    let stat = fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().unwrap_or("");
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    Ok(f.iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, v)| v)
+        .sum())
+}
+
+/// CPU ticks so far of the parts a pod's ADD or DEL runs in: the plugin
+/// chain (every plugin, its `ip netns exec` and the IPAM plugin it execs,
+/// counted once reaped by this process), node 1's ctrl and vrouter, etcd,
+/// and the whole machine (the other helpers' builds included).
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    chain: u64,
+    ctrl: u64,
+    vrouter: u64,
+    etcd: u64,
+    machine: u64,
+}
+
+impl Cpu {
+    fn sample() -> Self {
+        let daemon = |name: &str| {
+            fs::read_to_string(state().join(format!("{name}.pid")))
+                .ok()
+                .and_then(|p| p.trim().parse().ok())
+                .and_then(|pid| cpu_ticks(pid).ok())
+                .unwrap_or(0)
+        };
+        Cpu {
+            chain: stat_ticks("/proc/self/stat", 13).unwrap_or(0),
+            ctrl: daemon("n1-ctrl"),
+            vrouter: daemon("n1-vrouter"),
+            etcd: daemon("etcd"),
+            machine: machine_ticks().unwrap_or(0),
+        }
+    }
+
+    fn since(&self, before: &Cpu) -> CpuSplit {
+        // USER_HZ is 100 on Linux.
+        let secs = |a: u64, b: u64| Duration::from_millis(a.saturating_sub(b) * 10);
+        CpuSplit {
+            chain: secs(self.chain, before.chain),
+            ctrl: secs(self.ctrl, before.ctrl),
+            vrouter: secs(self.vrouter, before.vrouter),
+            etcd: secs(self.etcd, before.etcd),
+            machine: secs(self.machine, before.machine),
+        }
+    }
+}
+
+/// CPU time spent by each part over a batch of ADDs or DELs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuSplit {
+    pub chain: Duration,
+    pub ctrl: Duration,
+    pub vrouter: Duration,
+    pub etcd: Duration,
+    pub machine: Duration,
+}
+
+impl CpuSplit {
+    /// Milliseconds of CPU per pod of a batch of `pods`.
+    fn per_pod(&self, pods: usize) -> String {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0 / pods.max(1) as f64;
+        format!(
+            "{:.1}, {:.1}, {:.1}, {:.1}, {:.1} ms",
+            ms(self.chain),
+            ms(self.ctrl),
+            ms(self.vrouter),
+            ms(self.etcd),
+            ms(self.machine)
+        )
     }
 }
 

@@ -32,6 +32,7 @@ impl<S: Datastore> Ipam<S> {
     /// (CNI DEL is idempotent).
     pub fn release_handle(&self, handle: &HandleId) -> Result<Vec<IpAddr>, IpamError> {
         handle.validate().map_err(IpamError::InvalidRequest)?;
+        let _writer = self.writer();
         let _scope = self.scope()?;
         self.retry("release", || self.release_handle_once(handle))
     }

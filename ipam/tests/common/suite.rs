@@ -104,6 +104,10 @@ pub const CASES: &[(&str, Case)] = &[
         "parallel_allocations_claim_only_the_blocks_they_need",
         parallel_allocations_claim_only_the_blocks_they_need,
     ),
+    (
+        "one_handle_allocated_twice_at_once_gets_one_address",
+        one_handle_allocated_twice_at_once_gets_one_address,
+    ),
 ];
 
 /// Runs every case, each against the store `make` returns for it.
@@ -693,4 +697,39 @@ pub fn parallel_allocations_claim_only_the_blocks_they_need(s: &dyn Datastore, p
     assert_eq!(blocks[0].1, 0);
     assert_eq!(shared.blocks().unwrap().len(), 1);
     assert_consistent(&shared);
+}
+
+/// A retried ADD racing the first one: both calls land in one batch of
+/// the daemon's IPAM and must get the same address, once.
+pub fn one_handle_allocated_twice_at_once_gets_one_address(s: &dyn Datastore, p: &str) {
+    const CALLS: usize = 20;
+    let i = ipam(s, p);
+    pool(&i, "p", "10.0.0.0/24", 26);
+    let start = Barrier::new(CALLS);
+    let got: Vec<(usize, IpAddr)> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..CALLS)
+            .map(|n| {
+                let (start, i) = (&start, &i);
+                scope.spawn(move || {
+                    start.wait();
+                    (n % 10, alloc(i, &format!("c{}", n % 10), "n1").unwrap())
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let by_handle: BTreeMap<usize, BTreeSet<IpAddr>> =
+        got.into_iter().fold(BTreeMap::new(), |mut m, (h, ip)| {
+            m.entry(h).or_default().insert(ip);
+            m
+        });
+    assert_eq!(by_handle.len(), 10);
+    assert!(
+        by_handle.values().all(|ips| ips.len() == 1),
+        "{by_handle:?}"
+    );
+    let distinct: BTreeSet<IpAddr> = by_handle.values().flatten().copied().collect();
+    assert_eq!(distinct.len(), 10);
+    assert_eq!(i.handles().unwrap().len(), 10);
+    assert_consistent(&i);
 }
