@@ -249,7 +249,8 @@ pub struct NodeConfig {
     /// VXLAN settings.
     #[serde(default)]
     pub vxlan: VxlanConfig,
-    /// Accept IPIP/VXLAN only from these node addresses (empty: from any).
+    /// Accept IPIP/VXLAN only from these node addresses (the other live
+    /// nodes, sent in every encapsulation mode). Empty: from nobody.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tunnel_peers: Vec<Ipv4Addr>,
 }

@@ -293,6 +293,22 @@ fn program_node(
     Ok(())
 }
 
+/// Sends node `me` (the test's subnet) with `peers` as its tunnel peers.
+fn set_tunnel_peers(c: &mut Client, me: &str, peers: &[&str]) -> Result<()> {
+    use brindle_api::vrouter::{NodeConfig, VxlanConfig};
+    let node = NodeConfig {
+        address_v4: Some(me.parse()?),
+        address_v6: None,
+        underlay_subnet: Some("192.168.78.0/24".parse()?),
+        underlay_gateway: None,
+        vxlan: VxlanConfig::default(),
+        tunnel_peers: peers.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
+    };
+    let changed: Changed = c.call(&VrouterRequest::SetNode { node })?;
+    assert_eq!(changed.changed, 1);
+    Ok(())
+}
+
 /// Waits for the kernel's entry for `addr` on `dev` and sets it in the
 /// vrouter, as ctrl does from netlink.
 fn kernel_neighbor_to_vrouter(ns: &Netns, c: &mut Client, dev: &str, addr: &str) -> Result<()> {
@@ -394,6 +410,31 @@ fn two_served_nodes_forward_over_ipip_with_the_next_hops_the_kernel_resolved_set
     let stats: Stats = c1.call(&VrouterRequest::GetStats)?;
     let rx: u64 = stats.workers.iter().map(|w| w.rx_packets).sum();
     assert!(rx >= 6, "{stats:?}");
+    // Node 1 leaves node 2's list (the last other node gone: the list is
+    // empty): its tunnels are dropped as `unknown_tunnel_peer`, an empty
+    // list accepts nobody. Back in the list, they pass again.
+    let unknown = |c: &mut Client| -> Result<u64> {
+        let stats: Stats = c.call(&VrouterRequest::GetStats)?;
+        Ok(stats
+            .workers
+            .iter()
+            .flat_map(|w| &w.drops)
+            .filter(|(r, _)| r.as_str() == "unknown_tunnel_peer")
+            .map(|(_, n)| *n)
+            .sum())
+    };
+    assert_eq!(unknown(&mut c2)?, 0);
+    set_tunnel_peers(&mut c2, "192.168.78.2", &[])?;
+    assert!(
+        pod_a
+            .exec(&["ping", "-c", "2", "-i", "0.2", "-W", "1", "10.68.2.2"])
+            .is_err(),
+        "node 2 accepted a tunnel from a node not in its (empty) list"
+    );
+    assert!(unknown(&mut c2)? >= 2, "{:?}", unknown(&mut c2));
+    set_tunnel_peers(&mut c2, "192.168.78.2", &["192.168.78.1"])?;
+    let out = pod_a.exec(&["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.68.2.2"])?;
+    assert!(out.contains("2 received"), "node 1 back in the list: {out}");
     drop((c1, c2));
     v1.stop()?;
     v2.stop()?;

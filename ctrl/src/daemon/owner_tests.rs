@@ -926,3 +926,45 @@ fn with_a_host_port_the_vrouter_gets_it_and_the_kernel_routes_every_pod_prefix_i
     o.flush(&mut out);
     assert_eq!(out, vec![]);
 }
+
+#[test]
+fn the_tunnel_peers_are_sent_in_every_encapsulation_mode_and_follow_the_nodes() {
+    // The vrouter takes the list as the whole truth (empty = no tunnel from
+    // anyone), so ctrl sends it whatever the pools' mode, and an empty list
+    // when the last other node goes.
+    let now = 1_000_000;
+    let n2 = Ipv4Addr::new(10, 99, 0, 12);
+    for mode in [
+        "none",
+        "ipip_cross_subnet",
+        "vxlan_cross_subnet",
+        "vxlan",
+        "ipip",
+    ] {
+        let mut config = Config::default();
+        config.ipam.gc_interval_secs = 0;
+        let mut o = Owner::new(
+            config,
+            validated(None),
+            "embedded",
+            Arc::new(Metrics::new()),
+            vec![pool("10.244.0.0/16", mode)],
+        );
+        o.start(Vec::new(), &mut Vec::new());
+        let set_nodes = |out: Vec<Effect>| -> Vec<Effect> {
+            out.into_iter()
+                .filter(|e| {
+                    matches!(e, Effect::Vrouter(Work::Apply(r))
+                        if matches!(r[..], [VrouterRequest::SetNode { .. }]))
+                })
+                .collect()
+        };
+        let pools = vec![pool("10.244.0.0/16", mode)];
+        let nodes = vec![record("n1", ME, now), record("n2", n2, now)];
+        let out = run(&mut o, Event::Datastore(view(pools.clone(), &[], nodes)));
+        assert_eq!(set_nodes(out), vec![set_node(vec![n2], None)], "{mode}");
+        let nodes = vec![record("n1", ME, now), record("n2", n2, now - 31_000)];
+        let out = run(&mut o, Event::Datastore(view(pools, &[], nodes)));
+        assert_eq!(set_nodes(out), vec![set_node(vec![], None)], "{mode}");
+    }
+}

@@ -541,7 +541,18 @@ impl RunConfig {
                 port: self.vxlan_port,
                 udp_checksum: false,
             },
-            tunnel_peers: Vec::new(),
+            // The static routes' tunnel ends are the only nodes whose
+            // IPIP/VXLAN is accepted (none: no tunnel from anyone).
+            tunnel_peers: self
+                .routes
+                .iter()
+                .filter_map(|r| match r.target {
+                    RouteTarget::Ipip(remote) | RouteTarget::Vxlan(remote) => Some(remote),
+                    _ => None,
+                })
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
         };
         Ok(vec![
             api::VrouterRequest::SetNode { node },
@@ -673,6 +684,11 @@ mod tests {
             panic!("{reqs:?}")
         };
         assert_eq!(node.vxlan.vni, 7);
+        assert_eq!(
+            node.tunnel_peers,
+            vec!["192.168.0.2".parse::<Ipv4Addr>().unwrap()],
+            "tunnels accepted from the routes' far ends only"
+        );
         assert_eq!(
             node.underlay_subnet,
             Some("192.168.0.0/24".parse().unwrap())

@@ -61,7 +61,8 @@ pub trait Effects {
     ) -> Result<(), EngineError>;
     /// Replaces the node-wide settings on every worker.
     fn set_pipeline(&mut self, cfg: &PipelineConfig) -> Result<(), EngineError>;
-    /// Accept tunnels only from these peers (`None`: from any).
+    /// Accept tunnels only from these peers (`None`: from any; `serve`
+    /// and `run` always send `Some`, empty = from nobody).
     fn set_tunnel_peers(&mut self, peers: Option<Vec<Ipv4Addr>>) -> Result<(), EngineError>;
     /// The FIB's next hop for exactly `prefix`.
     fn fib_get(&self, prefix: &IpNet) -> Option<NextHop>;

@@ -246,8 +246,11 @@ impl<E: Effects> Control<E> {
             .map_err(engine)?;
         let vni_changed = cfg.vxlan_vni != self.pipeline.vxlan_vni;
         self.effects.set_pipeline(&cfg).map_err(engine)?;
+        // The list is the whole truth once ctrl speaks: an empty one (no
+        // other live node yet, or every other node gone) accepts no tunnel
+        // from anyone, it never means "from any" (issue 14, item 6).
         self.effects
-            .set_tunnel_peers((!node.tunnel_peers.is_empty()).then(|| node.tunnel_peers.clone()))
+            .set_tunnel_peers(Some(node.tunnel_peers.clone()))
             .map_err(engine)?;
         self.pipeline = cfg;
         self.node = Some(node);

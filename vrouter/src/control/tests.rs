@@ -259,7 +259,7 @@ fn a_new_vni_rewrites_the_vxlan_routes_and_neighbours_end_the_resolving() {
                 node_v4: "192.168.0.1".parse().unwrap(),
                 vni: 4096
             },
-            Effect::TunnelPeers(None),
+            Effect::TunnelPeers(Some(vec![])),
         ]
     );
     changed(
