@@ -344,6 +344,9 @@ pub enum VrouterRequest {
     },
     /// Counters. Result: [`Stats`].
     GetStats,
+    /// Network policy counters per policy and rule, summed over the
+    /// workers. Result: `Vec<PolicyRuleStats>`.
+    PolicyStats,
     /// Every route. Result: `Vec<Route>`.
     DumpRoutes,
     /// Every port with its counters. Result: `Vec<PortStatus>`.
@@ -425,6 +428,31 @@ pub struct Stats {
     pub routes: u64,
     /// Ports attached.
     pub ports: u64,
+}
+
+/// One rule's counters (answer to [`VrouterRequest::PolicyStats`]):
+/// packets it denied, and allowed flows it classified (their first packet;
+/// a flow revalidated under a newer policy counts again).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyRuleStats {
+    /// The tier (empty for `no-policy` and `profile`).
+    pub tier: String,
+    /// The policy (`ns/knp.default.name` for a Kubernetes policy); empty
+    /// when no policy's rule decided.
+    pub policy: String,
+    /// The rule's index in the policy's ingress or egress rules, or
+    /// `end-of-tier` (the tier's default deny), `no-policy` (no policy
+    /// selects the pod in that direction: allowed), `profile` (every tier
+    /// passed: allowed).
+    pub rule: String,
+    /// `ingress` or `egress` (of the pod whose program decided).
+    pub direction: String,
+    /// `allow` or `deny`.
+    pub action: String,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes (IP header to the end).
+    pub bytes: u64,
 }
 
 /// Answer to [`VrouterRequest::Health`].

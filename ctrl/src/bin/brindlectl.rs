@@ -137,6 +137,9 @@ enum VrouterCmd {
     Stats,
     /// The FIB.
     Routes,
+    /// Network policy counters per policy and rule (denied packets,
+    /// allowed flows), summed over the workers.
+    PolicyStats,
 }
 
 fn ipam(op: IpamOp) -> IpamRequest {
@@ -199,6 +202,9 @@ fn main() -> anyhow::Result<()> {
         Command::Vrouter {
             what: VrouterCmd::Routes,
         } => call(&cli.vrouter_socket, &VrouterRequest::DumpRoutes)?,
+        Command::Vrouter {
+            what: VrouterCmd::PolicyStats,
+        } => call(&cli.vrouter_socket, &VrouterRequest::PolicyStats)?,
         Command::Apply { file } => {
             let documents = read_input(&file)?;
             let report = call(ctrl, &PolicyRequest::PolicyApply { documents })?;

@@ -142,6 +142,7 @@ impl Desired {
             }
             VrouterRequest::Hello { .. }
             | VrouterRequest::GetStats
+            | VrouterRequest::PolicyStats
             | VrouterRequest::DumpRoutes
             | VrouterRequest::DumpPorts
             | VrouterRequest::Health => {}

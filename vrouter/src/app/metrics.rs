@@ -33,6 +33,15 @@ struct PortOnly {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    tier: String,
+    policy: String,
+    rule: String,
+    direction: String,
+    action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WorkerLabels {
     worker: String,
 }
@@ -142,6 +151,30 @@ pub fn render(
         "worker_policy_generation",
         "The network policy generation the worker enforces",
         generation,
+    );
+    let rule_p = Family::<RuleLabels, Counter>::default();
+    let rule_b = Family::<RuleLabels, Counter>::default();
+    let rules = crate::policy::sum_rules(snapshots.iter().map(|s| s.rules.as_slice()));
+    for (k, c) in rules {
+        let l = RuleLabels {
+            tier: k.tier,
+            policy: k.policy,
+            rule: k.rule,
+            direction: k.direction.into(),
+            action: k.action.into(),
+        };
+        rule_p.get_or_create(&l).inc_by(c.packets);
+        rule_b.get_or_create(&l).inc_by(c.bytes);
+    }
+    registry.register(
+        "policy_rule_packets",
+        "Network policy: packets a rule denied, allowed flows it classified (first packet)",
+        rule_p,
+    );
+    registry.register(
+        "policy_rule_bytes",
+        "Network policy: bytes of the packets counted in policy_rule_packets",
+        rule_b,
     );
     let rx_p = Family::<PortLabels, Counter>::default();
     let rx_b = Family::<PortLabels, Counter>::default();

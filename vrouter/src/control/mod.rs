@@ -172,6 +172,7 @@ impl<E: Effects> Control<E> {
                 });
             }
             R::GetStats => return to_json(&self.stats()),
+            R::PolicyStats => return to_json(&self.policy_stats()),
             R::DumpRoutes => {
                 let routes: Vec<api::Route> = self
                     .routes

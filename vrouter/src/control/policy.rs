@@ -62,6 +62,24 @@ impl<E: Effects> Control<E> {
         Ok(1)
     }
 
+    /// The workers' per-rule counters, summed (a worker that does not
+    /// answer counts nothing).
+    pub fn policy_stats(&self) -> Vec<api::PolicyRuleStats> {
+        let snaps: Vec<_> = self.snapshots().into_iter().flatten().collect();
+        crate::policy::sum_rules(snaps.iter().map(|s| s.rules.as_slice()))
+            .into_iter()
+            .map(|(k, c)| api::PolicyRuleStats {
+                tier: k.tier,
+                policy: k.policy,
+                rule: k.rule,
+                direction: k.direction.into(),
+                action: k.action.into(),
+                packets: c.packets,
+                bytes: c.bytes,
+            })
+            .collect()
+    }
+
     /// A port slot now holds `spec` (`None`: the slot is free).
     pub(super) fn set_port_workload(&mut self, id: PortId, spec: Option<&api::PortSpec>) {
         let key = spec

@@ -24,7 +24,7 @@ use crate::fib::Fib;
 use crate::frame::FrameArena;
 use crate::frame::{Port, PortId};
 use crate::pipeline::PipelineConfig;
-use crate::policy::FlowStats;
+use crate::policy::{Counts, FlowStats, RuleKey};
 use crate::port::handoff::FrameHomes;
 use crate::worker::{HandoffStats, PortStats, Worker};
 
@@ -127,6 +127,8 @@ pub struct WorkerSnapshot {
     pub cpu_system_us: u64,
     /// The flow table (network policy).
     pub flows: FlowStats,
+    /// Per-rule policy counters, by name.
+    pub rules: Vec<(RuleKey, Counts)>,
 }
 
 /// The calling thread's user and system CPU time in µs.
@@ -351,6 +353,7 @@ fn snapshot(worker: &Worker, stats: &Stats) -> WorkerSnapshot {
             .map(|i| worker.is_remote(i as PortId))
             .collect(),
         flows: worker.pipeline().flows().stats(),
+        rules: worker.pipeline().flows().rule_counts(),
     }
 }
 

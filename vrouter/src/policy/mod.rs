@@ -34,6 +34,7 @@
 //! non-first fragment or a truncated L4 header of a policed pod).
 
 mod parse;
+mod rules;
 #[cfg(test)]
 mod tests;
 
@@ -46,6 +47,7 @@ use brindle_policy::conntrack::{ConnTable, Outcome, Seen, Stats, Timeouts, tcp_f
 use brindle_policy::program::{Direction, EndpointKey, Update};
 
 pub use brindle_policy::classify::ApplyError;
+pub use rules::{Counts, RuleKey, sum_rules};
 
 use crate::counters::DropReason;
 use crate::frame::PortId;
@@ -208,13 +210,15 @@ impl PolicyView {
 
     /// The verdict for a packet in a flow's original direction: the
     /// source pod's egress program, then the destination pod's ingress
-    /// program (either absent: allowed on that side).
+    /// program (either absent: allowed on that side). `sides` gets what
+    /// each side classified (egress, ingress), for the rule counters.
     fn verdict(
         &self,
         src: Option<&PortPolicy>,
         dst: Option<&PortPolicy>,
         pkt: &brindle_policy::classify::Packet,
         log: &mut LogLimit,
+        sides: &mut [Option<Verdict>; 2],
     ) -> Verdict {
         let sets = self.state.sets();
         let mut side = |p: Option<&PortPolicy>, dir| {
@@ -227,14 +231,15 @@ impl PolicyView {
             Some(v)
         };
         let egress = side(src, Direction::Egress);
+        sides[0] = egress;
         if let Some(v) = egress
             && !v.allow
         {
             return v;
         }
-        side(dst, Direction::Ingress)
-            .or(egress)
-            .unwrap_or(Verdict::NO_POLICY)
+        let ingress = side(dst, Direction::Ingress);
+        sides[1] = ingress;
+        ingress.or(egress).unwrap_or(Verdict::NO_POLICY)
     }
 }
 
@@ -425,6 +430,7 @@ pub struct Flows {
     last: Option<LastFlow>,
     batched: u64,
     log: LogLimit,
+    rules: rules::RuleCounters,
 }
 
 impl Default for Flows {
@@ -450,6 +456,7 @@ impl Flows {
             last: None,
             batched: 0,
             log: LogLimit::default(),
+            rules: rules::RuleCounters::default(),
         }
     }
 
@@ -461,7 +468,13 @@ impl Flows {
     /// Uses `view` directly (tests, benchmarks; a reader's next refresh
     /// replaces it).
     pub fn set_view(&mut self, view: Arc<PolicyView>) {
+        self.rules.fold(&self.view);
         self.view = view;
+    }
+
+    /// The per-rule counters (see `rules`), by name.
+    pub fn rule_counts(&self) -> Vec<(RuleKey, Counts)> {
+        self.rules.snapshot(&self.view)
     }
 
     /// The view in force.
@@ -507,6 +520,8 @@ impl Flows {
         if let Some(r) = &mut self.reader {
             r.refresh();
             if !Arc::ptr_eq(&r.view, &self.view) {
+                // Positions counted so far are named by the view left.
+                self.rules.fold(&self.view);
                 self.view = r.view.clone();
             }
         }
@@ -629,9 +644,46 @@ impl Flows {
         let mark = if from_host { MARK_FROM_HOST } else { 0 };
         let log = &mut self.log;
         log.now_ns = self.now_ns;
+        let mut sides = [None; 2];
+        let mut swapped = false;
         let (outcome, mark) = table.process_marked(&seen, self.now_ns, generation, mark, |pkt| {
-            view.verdict(src, dst, pkt, log)
+            // A reply revalidated: the table hands the flow's original
+            // direction, whose source is this packet's destination pod.
+            swapped = pkt.src != seen.tuple.src
+                || pkt.dst != seen.tuple.dst
+                || (pkt.icmp.is_none() && pkt.src_port != seen.tuple.src_port);
+            if swapped {
+                view.verdict(dst, src, pkt, log, &mut sides)
+            } else {
+                view.verdict(src, dst, pkt, log, &mut sides)
+            }
         });
+        if sides.iter().any(Option::is_some) {
+            let (from, to) = if swapped {
+                (dst_pod, src_pod)
+            } else {
+                (src_pod, dst_pod)
+            };
+            let denied = matches!(outcome, Outcome::Denied(_));
+            let counted = denied || matches!(outcome, Outcome::New(_) | Outcome::Revalidated(_));
+            let ports = [(from, Direction::Egress), (to, Direction::Ingress)];
+            for (v, (port, direction)) in sides.iter().zip(ports) {
+                if let (Some(v), Some(port)) = (v, port)
+                    && counted
+                    && (!denied || !v.allow)
+                {
+                    self.rules.count(
+                        rules::Hit {
+                            port,
+                            direction,
+                            decision: v.decision,
+                            allow: v.allow,
+                        },
+                        ip.len(),
+                    );
+                }
+            }
+        }
         let flow = Flow {
             reply: matches!(outcome, Outcome::Tracked { reply: true }),
             from_host: mark & MARK_FROM_HOST != 0,

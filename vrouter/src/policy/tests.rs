@@ -160,3 +160,100 @@ fn log_lines_are_limited_per_second_and_the_rest_counted() {
     // The next second's first line reports (and resets) the suppressed.
     assert_eq!((l.lines, l.suppressed), (1, 0));
 }
+
+#[test]
+fn denied_packets_and_allowed_flows_are_counted_per_policy_and_rule() {
+    use super::{Counts, Flows, PolicyView};
+    use brindle_policy::program::{
+        Chain, CompiledRule, EndpointKey, Match, PolicyName, Ports, Program, ProgramUpdate,
+        RuleAction, Side, TierChain, TierEnd, Update,
+    };
+    let key = EndpointKey::new("demo", "b");
+    let allow_80 = CompiledRule {
+        action: RuleAction::Allow,
+        when: Match {
+            protocol: Some(17),
+            dst: Side {
+                ports: Some(Ports {
+                    ranges: vec![(80, 80)],
+                    named: vec![],
+                }),
+                ..Side::default()
+            },
+            ..Match::default()
+        },
+        policy: 0,
+        index: 0,
+    };
+    let program = Program {
+        ingress: Chain {
+            tiers: vec![TierChain {
+                tier: "default".into(),
+                rules: vec![allow_80],
+                end: TierEnd::Deny,
+            }],
+        },
+        egress: Chain::default(),
+        policies: vec![PolicyName {
+            tier: "default".into(),
+            name: "demo/knp.default.web".into(),
+        }],
+    };
+    let update = Update {
+        generation: 1,
+        programs: vec![ProgramUpdate {
+            endpoint: key.clone(),
+            program: Some(program),
+        }],
+        ..Update::default()
+    };
+    let view = PolicyView::new()
+        .with_update(&update)
+        .expect("applies")
+        .with_workload(1, Some(key));
+    let mut f = Flows::new();
+    f.set_view(std::sync::Arc::new(view));
+    f.begin_batch(std::time::Instant::now(), false);
+    let to_80 = udp4([10, 65, 0, 2], 40000, [10, 65, 0, 3], 80);
+    let to_81 = udp4([10, 65, 0, 2], 40000, [10, 65, 0, 3], 81);
+    for _ in 0..3 {
+        assert!(f.check(&to_80, false, Some(0), Some(1), false).is_ok());
+        assert!(f.check(&to_81, false, Some(0), Some(1), false).is_err());
+    }
+    let counts: Vec<_> = f
+        .rule_counts()
+        .into_iter()
+        .map(|(k, c)| (k.policy, k.rule, k.direction, k.action, c))
+        .collect();
+    let len = to_80.len() as u64;
+    assert_eq!(
+        counts,
+        vec![
+            (
+                String::new(),
+                "end-of-tier".to_owned(),
+                "ingress",
+                "deny",
+                // Every denied packet.
+                Counts {
+                    packets: 3,
+                    bytes: 3 * len
+                }
+            ),
+            (
+                "demo/knp.default.web".to_owned(),
+                "0".to_owned(),
+                "ingress",
+                "allow",
+                // The allowed flow once.
+                Counts {
+                    packets: 1,
+                    bytes: len
+                }
+            ),
+        ]
+    );
+    // A new view keeps what was counted, by name.
+    f.set_view(std::sync::Arc::new(PolicyView::new()));
+    assert_eq!(f.rule_counts().len(), 2);
+}
