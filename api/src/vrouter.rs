@@ -428,6 +428,10 @@ pub struct Stats {
     pub routes: u64,
     /// Ports attached.
     pub ports: u64,
+    /// Network policy snapshots (a `Sync`'s `policy`) refused since start:
+    /// the Sync went on, the policy in force stayed.
+    #[serde(default)]
+    pub policy_snapshots_refused: u64,
 }
 
 /// One rule's counters (answer to [`VrouterRequest::PolicyStats`]):

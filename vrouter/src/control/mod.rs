@@ -706,7 +706,9 @@ impl<E: Effects> Control<E> {
         }
         changed += self.set_neighbors(state.neighbors)?;
         if let Some(snapshot) = &state.policy {
-            changed += self.sync_policy(snapshot)?;
+            // Refused: logged and counted, the policy in force stays; the
+            // ports, routes and neighbours above are applied regardless.
+            changed += self.sync_policy(snapshot);
         }
         Ok(changed)
     }
@@ -797,6 +799,7 @@ impl<E: Effects> Control<E> {
             workers,
             routes: self.routes(),
             ports: self.ports.len() as u64,
+            policy_snapshots_refused: self.refused_policy_snapshots(),
         }
     }
 

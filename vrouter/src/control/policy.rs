@@ -19,6 +19,8 @@ pub(super) struct PolicyControl {
     view: PolicyView,
     /// Changed since the workers last got it.
     dirty: bool,
+    /// Resync snapshots refused (the Sync itself went on).
+    refused_snapshots: u64,
 }
 
 impl<E: Effects> Control<E> {
@@ -50,16 +52,36 @@ impl<E: Effects> Control<E> {
     }
 
     /// The resync's snapshot: replaces the policy state (every flow
-    /// revalidates).
-    pub(super) fn sync_policy(&mut self, snapshot: &api::PolicyUpdate) -> Result<u64, RemoteError> {
-        let view = self
-            .policy
-            .view
-            .with_snapshot(snapshot)
-            .map_err(|e| invalid(format!("policy snapshot refused: {e}")))?;
-        self.policy.view = view;
-        self.policy.dirty = true;
-        Ok(1)
+    /// revalidates). A snapshot the state refuses (a set id out of range,
+    /// a program reading a missing set: a controller bug) does not fail
+    /// the Sync: it is logged and counted (`refused_snapshots`) and the
+    /// policy in force stays, as Felix keeps the rules it last programmed
+    /// when a new set fails; endpoints new since then stay unpoliced until
+    /// a snapshot or update applies (keeping pods starting rather than
+    /// failing every CNI ADD of the node). Returns 1 if applied.
+    pub(super) fn sync_policy(&mut self, snapshot: &api::PolicyUpdate) -> u64 {
+        match self.policy.view.with_snapshot(snapshot) {
+            Ok(view) => {
+                self.policy.view = view;
+                self.policy.dirty = true;
+                1
+            }
+            Err(e) => {
+                self.policy.refused_snapshots += 1;
+                tracing::error!(
+                    generation = snapshot.generation,
+                    kept = self.policy.view.generation(),
+                    refused = self.policy.refused_snapshots,
+                    "policy snapshot refused, the policy in force stays: {e}"
+                );
+                0
+            }
+        }
+    }
+
+    /// Policy snapshots refused since start.
+    pub fn refused_policy_snapshots(&self) -> u64 {
+        self.policy.refused_snapshots
     }
 
     /// The workers' per-rule counters, summed (a worker that does not

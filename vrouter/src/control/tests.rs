@@ -432,6 +432,69 @@ fn policy_updates_apply_all_or_nothing_and_pod_workloads_reach_the_workers() {
 }
 
 #[test]
+fn a_refused_policy_snapshot_does_not_fail_the_sync_and_the_policy_in_force_stays() {
+    use brindle_policy::program::{
+        Chain, EndpointKey, Program, ProgramUpdate, Side, TierChain, TierEnd, Update,
+    };
+    let mut c = control();
+    let a = EndpointKey::new("demo", "a");
+    let good = Update {
+        generation: 1,
+        programs: vec![ProgramUpdate {
+            endpoint: a.clone(),
+            program: Some(Program::default()),
+        }],
+        ..Update::default()
+    };
+    assert_eq!(changed(&mut c, R::ApplyPolicy { update: good }), 1);
+    // A program reading a set the snapshot lacks: refused.
+    let bad_program = Program {
+        ingress: Chain {
+            tiers: vec![TierChain {
+                tier: "default".into(),
+                rules: vec![brindle_policy::program::CompiledRule {
+                    action: brindle_policy::program::RuleAction::Allow,
+                    when: brindle_policy::program::Match {
+                        src: Side {
+                            in_sets: vec![brindle_policy::program::SetId(7)],
+                            ..Side::default()
+                        },
+                        ..Default::default()
+                    },
+                    policy: 0,
+                    index: 0,
+                }],
+                end: TierEnd::Deny,
+            }],
+        },
+        ..Program::default()
+    };
+    let mut pod = port("pod1", PortKind::Pod, &["10.65.0.2"]);
+    pod.workload = Some(EndpointKey::new("demo", "b"));
+    let state = DesiredState {
+        ports: vec![pod],
+        policy: Some(Update {
+            generation: 5,
+            programs: vec![ProgramUpdate {
+                endpoint: EndpointKey::new("demo", "b"),
+                program: Some(bad_program),
+            }],
+            ..Update::default()
+        }),
+        ..DesiredState::default()
+    };
+    let n = changed(&mut c, R::Sync { state });
+    assert_eq!(n, 1, "the port is attached, the snapshot is not applied");
+    assert!(c.ports.contains_key("pod1"));
+    assert_eq!(c.policy().generation(), 1, "the policy in force stays");
+    assert!(c.policy().state().endpoint(&a).is_some());
+    assert_eq!(c.refused_policy_snapshots(), 1);
+    let stats: api::Stats =
+        serde_json::from_value(c.handle(R::GetStats).expect("stats")).expect("parses");
+    assert_eq!(stats.policy_snapshots_refused, 1);
+}
+
+#[test]
 fn a_tap_host_port_speaks_as_the_gateway_to_the_kernels_mac() {
     let rec = Recording::new(2).with_link("brindle0", [2, 0, 0, 0, 0xb0, 0]);
     let mut c = Control::new(rec, PipelineConfig::new(Ipv4Addr::UNSPECIFIED, 24));
