@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use brindle_api::framing::{Client, PROTOCOL_VERSION};
 use brindle_api::vrouter::{
-    Changed, Hello, PolicyEndpoint, PortDevice, PortKind, PortSpec, PortStatus, Route, RouteTarget,
-    Stats, VrouterRequest,
+    Changed, Hello, PolicyEndpoint, PolicyRuleStats, PortDevice, PortKind, PortSpec, PortStatus,
+    Route, RouteTarget, Stats, VrouterRequest,
 };
 use brindle_policy::compile::{Change, Compiler, EndpointInfo};
 use brindle_policy::resource::parse_documents;
@@ -272,6 +272,28 @@ fn enforce(tap: bool) -> Result<()> {
         );
     }
 
+    // The same drops by policy and rule: A -> B:8081 and B -> A meet the
+    // end of the default tier (B's and A's ingress), A -> B:8080 was
+    // allowed once by b-from-a's rule 0.
+    let rules: Vec<PolicyRuleStats> = c.call(&VrouterRequest::PolicyStats)?;
+    let row = |rule: &str, action: &str, policy: &str| {
+        rules
+            .iter()
+            .filter(|r| {
+                r.rule == rule
+                    && r.action == action
+                    && r.direction == "ingress"
+                    && r.policy.contains(policy)
+            })
+            .map(|r| r.packets)
+            .sum::<u64>()
+    };
+    let end_of_tier = row("end-of-tier", "deny", "");
+    assert!(
+        end_of_tier >= 2 && end_of_tier <= denied,
+        "end-of-tier denies {end_of_tier} of {denied} policy_denied: {rules:?}"
+    );
+    assert!(row("0", "allow", "b-from-a") >= 1, "{rules:?}");
     let metrics = in_netns(&node, || -> Result<String> {
         let mut s = TcpStream::connect("127.0.0.1:9094")?;
         s.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -291,6 +313,11 @@ fn enforce(tap: bool) -> Result<()> {
     // pods on two workers, one for TAP pods).
     let want = if two_workers { 2 } else { 1 };
     assert!(flows_new >= want, "flows_new = {flows_new}\n{metrics}");
+    assert!(
+        metrics.contains("brindle_vrouter_policy_rule_packets_total{")
+            && metrics.contains("rule=\"end-of-tier\""),
+        "{metrics}"
+    );
     assert!(
         metrics.contains("reason=\"policy_denied\"")
             && metrics.contains("brindle_vrouter_worker_policy_generation{"),
