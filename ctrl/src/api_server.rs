@@ -193,6 +193,7 @@ mod tests {
                 store: EndpointStore::new(store, "/brindle/", "n1"),
                 changes: Box::new(|_| {}),
                 health,
+                port_wait: None,
             }),
             ctrl: Arc::new(FixedCtrl),
             metrics: Arc::new(Metrics::new()),

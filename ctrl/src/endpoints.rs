@@ -8,13 +8,15 @@
 //! not answer the executor's last call (as Calico fails ADD while
 //! calico-node is not ready: a pod the dataplane does not know has no
 //! network, and the CNI plugin rolls back and the runtime retries).
-//! Otherwise it answers once the record is stored and the change handed
-//! over, without waiting for the vrouter's answer: the record is the
-//! promise, and if the vrouter goes away in between, the executor's resync
-//! programs it when it is back. `delete_endpoint` never needs the vrouter:
+//! Otherwise it stores the record, hands the change over and waits (at
+//! most [`PORT_WAIT`]) until the vrouter acknowledged the pod's port, so
+//! the pod's first packets meet an attached port; past the bound it answers
+//! anyway: the record is the promise, and if the vrouter goes away in
+//! between, the executor's resync programs it when it is back. `delete_endpoint` never needs the vrouter:
 //! the record goes, and the resync removes what is left.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use brindle_api::endpoint::{
     DaemonStatus, Deleted, Endpoint, EndpointKey, EndpointRequest, GcReport,
@@ -23,10 +25,16 @@ use brindle_api::framing::{PROTOCOL_VERSION, RemoteError, RemoteErrorKind, Reply
 use brindle_api::ipam::HandleId;
 use brindle_ipam::store::{Datastore, StoreError, Write};
 use serde_json::Value;
-use tracing::{info, info_span};
+use tracing::{info, info_span, warn};
 
 use crate::health::HealthWatch;
+use crate::programming::acks::PortAcks;
 use crate::programming::desired::endpoint_added;
+
+/// How long ADD waits for the vrouter to acknowledge the pod's port: under
+/// the CNI plugin's default daemon timeout (2 s), so a slow vrouter costs
+/// the wait, not a failed ADD.
+pub const PORT_WAIT: Duration = Duration::from_millis(1500);
 
 /// Endpoint records of one node.
 #[derive(Clone)]
@@ -121,6 +129,10 @@ pub struct EndpointHandler {
     pub changes: ChangeSink,
     /// The daemon's readiness (the vrouter's reachability gates ADD).
     pub health: HealthWatch,
+    /// Where the executor publishes the ports the vrouter acknowledged, and
+    /// how long ADD waits there for its port ([`PORT_WAIT`]); `None`: ADD
+    /// answers once the record is stored.
+    pub port_wait: Option<(Arc<PortAcks>, Duration)>,
 }
 
 fn error(kind: RemoteErrorKind, message: impl Into<String>) -> RemoteError {
@@ -149,6 +161,26 @@ fn validate_key(k: &EndpointKey) -> Result<(), RemoteError> {
 }
 
 impl EndpointHandler {
+    /// Waits (bounded) until the vrouter acknowledged the port of `reqs`
+    /// (`endpoint_added`'s), so the pod's first packets meet an attached
+    /// port. Past the bound the ADD still succeeds, logged: the record is
+    /// the promise and the port comes with the executor's next answer.
+    fn wait_for_port(&self, reqs: &[brindle_api::vrouter::VrouterRequest]) {
+        let Some((acks, wait)) = &self.port_wait else {
+            return;
+        };
+        let deadline = Instant::now() + *wait;
+        for r in reqs {
+            if let brindle_api::vrouter::VrouterRequest::AddPorts { ports } = r {
+                for p in ports {
+                    if !acks.wait(p, deadline) {
+                        warn!(port = %p.name, waited = ?wait, "the vrouter has not acknowledged the port yet; answering ADD anyway");
+                    }
+                }
+            }
+        }
+    }
+
     /// Answers one request.
     pub fn handle(&self, req: EndpointRequest) -> Reply<Value> {
         self.handle_inner(req).into()
@@ -161,7 +193,8 @@ impl EndpointHandler {
                 validate_key(&endpoint.key)?;
                 // The same check the owner's programming makes, so a record
                 // that cannot be programmed is refused rather than stored.
-                endpoint_added(&endpoint).map_err(|m| error(RemoteErrorKind::InvalidRequest, m))?;
+                let reqs = endpoint_added(&endpoint)
+                    .map_err(|m| error(RemoteErrorKind::InvalidRequest, m))?;
                 if !self.health.borrow().vrouter_up() {
                     return Err(error(
                         RemoteErrorKind::TryAgainLater,
@@ -175,6 +208,7 @@ impl EndpointHandler {
                     endpoint,
                     replaced: replaced.map(Box::new),
                 });
+                self.wait_for_port(&reqs);
                 answer
             }
             EndpointRequest::DeleteEndpoint { key } => {
@@ -261,6 +295,7 @@ mod tests {
                 let _ = tx.send(c);
             }),
             health: health_rx,
+            port_wait: None,
         };
         Fixture { h, rx, health }
     }
@@ -315,6 +350,43 @@ mod tests {
         let e =
             result::<Endpoint>(h.handle(EndpointRequest::GetEndpoint { key: ep.key })).unwrap_err();
         assert_eq!(e.kind, RemoteErrorKind::NotFound);
+    }
+
+    #[test]
+    fn add_answers_only_once_the_vrouter_acknowledged_the_pods_port() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let Fixture { mut h, rx, .. } = handler();
+        let acks = Arc::new(PortAcks::default());
+        h.port_wait = Some((acks.clone(), Duration::from_secs(60)));
+        let acked = Arc::new(AtomicBool::new(false));
+        // The executor's part: the port is acknowledged a while after the
+        // change was handed over.
+        let executor = {
+            let acked = acked.clone();
+            std::thread::spawn(move || {
+                let EndpointChange::Added { endpoint, .. } = rx.recv().unwrap() else {
+                    panic!("not an add");
+                };
+                std::thread::sleep(Duration::from_millis(200));
+                acked.store(true, Ordering::SeqCst);
+                for r in endpoint_added(&endpoint).unwrap() {
+                    if let brindle_api::vrouter::VrouterRequest::AddPorts { ports } = r {
+                        acks.added(&ports);
+                    }
+                }
+            })
+        };
+        let ep = endpoint("c1", "bri1", "10.244.0.5/32");
+        let stored: Endpoint = result(h.handle(EndpointRequest::AddEndpoint {
+            endpoint: Box::new(ep.clone()),
+        }))
+        .unwrap();
+        assert_eq!(stored, ep);
+        assert!(
+            acked.load(Ordering::SeqCst),
+            "ADD answered before the vrouter acknowledged the port"
+        );
+        executor.join().unwrap();
     }
 
     #[test]

@@ -57,12 +57,13 @@ use self::tasks::{Appliers, Child, DatastoreWorker, QueryBridge};
 use crate::api_server::{self, ApiServer};
 use crate::bgp::speaker::{PeerConfig, Speaker, SpeakerConfig};
 use crate::config::{Config, Validated};
-use crate::endpoints::{EndpointHandler, EndpointStore};
+use crate::endpoints::{EndpointHandler, EndpointStore, PORT_WAIT};
 use crate::health::Health;
 use crate::hostpath::{self, netlink::NetlinkKernel};
 use crate::metrics::{self, Metrics};
 use crate::policy::ops::PolicyOps;
 use crate::policy::{PolicyStore, PolicyWatch};
+use crate::programming::acks::PortAcks;
 use crate::programming::dataplane::SocketDataplane;
 use crate::programming::executor::Executor;
 use crate::registry::{NodeRecord, Registry, Role};
@@ -256,11 +257,13 @@ pub fn run_with_reload(
     }
 
     // The appliers.
+    let port_acks = Arc::new(PortAcks::default());
     let vrouter = tasks::spawn_executor(
         Executor::new(
             SocketDataplane::new(&config.vrouter.socket, Duration::from_secs(10)),
             Some(metrics.clone()),
-        ),
+        )
+        .with_acks(port_acks.clone()),
         events.clone(),
     )
     .map_err(|e| start_err("starting the executor")(e.to_string()))?;
@@ -375,6 +378,7 @@ pub fn run_with_reload(
                 let _ = changes.send(Event::Endpoint(c));
             }),
             health: health_rx,
+            port_wait: Some((port_acks, PORT_WAIT)),
         }),
         ctrl: Arc::new(QueryBridge {
             events: events.clone(),

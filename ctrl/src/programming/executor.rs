@@ -7,6 +7,7 @@ use brindle_api::vrouter::{Neighbor, VrouterRequest};
 use tracing::{debug, info, warn};
 
 use super::Work;
+use super::acks::PortAcks;
 use super::coalesce::{MAX_ROUTES_PER_REQUEST, coalesce};
 use super::dataplane::Dataplane;
 use super::desired::Desired;
@@ -27,6 +28,9 @@ pub struct Executor<D> {
     metrics: Option<Arc<Metrics>>,
     /// Routes carried by the `Sync` itself; the rest follow it in batches.
     max_sync_routes: usize,
+    /// Where the ports the vrouter answered for are published (CNI ADD
+    /// waits there for its port).
+    acks: Option<Arc<PortAcks>>,
 }
 
 /// Routes in a resync's `Sync` message: about 100 bytes of JSON each at
@@ -44,6 +48,26 @@ impl<D: Dataplane> Executor<D> {
             reachable: false,
             metrics,
             max_sync_routes: MAX_SYNC_ROUTES,
+            acks: None,
+        }
+    }
+
+    /// Publishes the ports the vrouter acknowledged to `acks`.
+    pub fn with_acks(mut self, acks: Arc<PortAcks>) -> Self {
+        self.acks = Some(acks);
+        self
+    }
+
+    /// Publishes what a batch the vrouter answered in full added and
+    /// removed.
+    fn acknowledge(&self, reqs: &[VrouterRequest]) {
+        let Some(acks) = &self.acks else { return };
+        for r in reqs {
+            match r {
+                VrouterRequest::AddPorts { ports } => acks.added(ports),
+                VrouterRequest::RemovePorts { names } => acks.removed(names),
+                _ => {}
+            }
         }
     }
 
@@ -73,6 +97,16 @@ impl<D: Dataplane> Executor<D> {
             self.reconcile();
             return;
         }
+        let ports: Vec<VrouterRequest> = reqs
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r,
+                    VrouterRequest::AddPorts { .. } | VrouterRequest::RemovePorts { .. }
+                )
+            })
+            .cloned()
+            .collect();
         for r in &coalesce(reqs, MAX_ROUTES_PER_REQUEST) {
             let start = Instant::now();
             match self.dataplane.call(r) {
@@ -87,6 +121,7 @@ impl<D: Dataplane> Executor<D> {
                 }
             }
         }
+        self.acknowledge(&ports);
     }
 
     /// Applies a queue item.
@@ -188,9 +223,15 @@ impl<D: Dataplane> Executor<D> {
                 self.boot_id = Some(hello.boot_id);
                 self.in_sync = true;
                 self.set_reachable(true);
+                if let Some(acks) = &self.acks {
+                    acks.replace(self.desired.ports.values().cloned());
+                }
             }
             Err(e) => {
                 warn!(error = %e, "resync failed");
+                if let Some(acks) = &self.acks {
+                    acks.clear();
+                }
                 self.in_sync = false;
                 self.set_reachable(false);
             }
@@ -349,6 +390,32 @@ mod tests {
             ]
         );
         assert!(ex.reachable());
+    }
+
+    #[test]
+    fn a_port_is_acknowledged_only_once_the_vrouter_answered_its_batch() {
+        use std::time::Instant;
+        let fake = RecordingDataplane::new("b1");
+        let acks = Arc::new(PortAcks::default());
+        let mut ex = Executor::new(fake.clone(), None).with_acks(acks.clone());
+        let ep = endpoint("c1", "bri1", "10.244.0.5/32");
+        let reqs = endpoint_added(&ep).unwrap();
+        let VrouterRequest::AddPorts { ports } = &reqs[0] else {
+            panic!("no port first");
+        };
+        let port = ports[0].clone();
+        // The vrouter is away: nothing is acknowledged.
+        fake.set_down(true);
+        ex.submit(reqs.clone());
+        assert!(!acks.wait(&port, Instant::now()));
+        // It answers the resync: the port is there.
+        fake.set_down(false);
+        ex.reconcile();
+        assert!(acks.wait(&port, Instant::now()));
+        ex.submit(endpoint_removed(&ep));
+        assert!(!acks.wait(&port, Instant::now()));
+        ex.submit(reqs);
+        assert!(acks.wait(&port, Instant::now()));
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! [`VrouterRequest`]: brindle_api::vrouter::VrouterRequest
 //! [`Dataplane`]: dataplane::Dataplane
 
+pub mod acks;
 pub mod coalesce;
 pub mod dataplane;
 pub mod desired;
