@@ -85,6 +85,7 @@ fn thousand(c: &mut Criterion) {
             (i + 1) % 100
         ));
     }
+    let p = p;
     let policies: Vec<Change> = parse_documents(&p)
         .expect("parses")
         .into_iter()
@@ -103,6 +104,39 @@ fn thousand(c: &mut Criterion) {
                 let u = compiler.apply(policies.clone());
                 assert_eq!(u.programs.len(), 1000);
                 black_box(u)
+            },
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    // Apply -> enforced, in process: the documents parsed (as ctrl's
+    // apply does), compiled, the update through its wire form (JSON, as
+    // ApplyPolicy carries it) and applied to the dataplane's state (as the
+    // vrouter does). Not here: the store write, the 200 ms marker poll,
+    // the socket and the workers taking the new view (next batch).
+    g.bench_function("1000_policies_apply_to_enforced_state", |b| {
+        b.iter_batched(
+            || {
+                let mut compiler = Compiler::new();
+                let first = compiler.apply(base.clone());
+                let mut state = brindle_policy::classify::PolicyState::default();
+                if !first.is_empty() {
+                    state.apply(&first).expect("applies");
+                }
+                (compiler, state)
+            },
+            |(mut compiler, mut state)| {
+                let changes: Vec<Change> = parse_documents(&p)
+                    .expect("parses")
+                    .into_iter()
+                    .map(Change::Apply)
+                    .collect();
+                let u = compiler.apply(changes);
+                let wire = serde_json::to_vec(&u).expect("serialises");
+                let u: brindle_policy::program::Update =
+                    serde_json::from_slice(&wire).expect("parses");
+                state.apply(&u).expect("applies");
+                assert_eq!(state.endpoints(), 1000);
+                black_box(state)
             },
             criterion::BatchSize::LargeInput,
         )
