@@ -175,11 +175,15 @@ impl Worker {
             let Some(ep) = self.pipeline.ports_mut().get_mut(id) else {
                 continue;
             };
+            // The owner's MAC wins and is followed when it changes (a pod
+            // whose MAC changed after ADD).
             if remote {
-                if ep.peer_mac.is_none() {
-                    ep.peer_mac = homes.peer_mac(id);
+                if let Some(mac) = homes.peer_mac(id)
+                    && ep.peer_mac != Some(mac)
+                {
+                    ep.peer_mac = Some(mac);
                 }
-            } else if ep.peer_mac.is_some() && homes.peer_mac(id).is_none() {
+            } else if ep.peer_mac.is_some() && homes.peer_mac(id) != ep.peer_mac {
                 homes.set_peer_mac(id, ep.peer_mac);
             }
         }

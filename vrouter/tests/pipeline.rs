@@ -670,6 +670,27 @@ fn a_pods_mac_is_learned_when_not_configured() {
     assert_eq!(finish(&node).drops_for(DropReason::NoNeighbour), 1);
 }
 
+#[test]
+fn a_pods_mac_that_changes_is_followed_but_never_a_multicast_one() {
+    let mut node = Node::new();
+    let new_mac = [0x02, 0xbb, 0, 0, 0, 0x42];
+    // Pod B's MAC changed after ADD: it speaks from the new one.
+    node.send(
+        ports::POD_B,
+        &frames::arp_request(new_mac, POD_B, GATEWAY_V4),
+    );
+    let out = node.send(ports::POD_A, &pod_a_udp(POD_B, 64));
+    assert_eq!(out.len(), 1);
+    assert_eq!(&out[0].1[..6], &new_mac, "sent to the MAC the pod uses now");
+    // A multicast (or zero) source is not learned.
+    for bad in [[0x03, 0xbb, 0, 0, 0, 0x43], [0; 6]] {
+        node.send(ports::POD_B, &frames::arp_request(bad, POD_B, GATEWAY_V4));
+        let out = node.send(ports::POD_A, &pod_a_udp(POD_B, 64));
+        assert_eq!(&out[0].1[..6], &new_mac, "{bad:02x?} not learned");
+    }
+    finish(&node);
+}
+
 fn v6_frame(src_mac: [u8; 6], dst_mac: [u8; 6], src: &str, dst: &str, hop_limit: u8) -> Vec<u8> {
     let src: std::net::Ipv6Addr = src.parse().unwrap();
     let dst: std::net::Ipv6Addr = dst.parse().unwrap();

@@ -741,13 +741,19 @@ impl Pipeline {
         }
     }
 
-    /// Remembers the pod's MAC from its first frame when the CNI plugin did
-    /// not say it.
+    /// Follows the pod's MAC from the frames it sends, as
+    /// [`Self::learn_host_mac`] does for the host: the MAC the CNI plugin
+    /// said at ADD, or none, is replaced by the one the pod uses now (a
+    /// chained `tuning` with `mac`, `ip link set address` in the pod), so
+    /// a pod whose MAC changed is reached at the new one once it speaks
+    /// (issue 14, item 7). Unicast only (a multicast or zero source is
+    /// never a pod's own); anti-spoofing stays on the IP source.
     #[inline]
     fn learn_pod_mac(&mut self, port: PortId, src: [u8; 6]) {
         if let Some(ep) = self.ports.get_mut(port)
-            && ep.peer_mac.is_none()
+            && ep.peer_mac != Some(src)
             && src[0] & 1 == 0
+            && src != [0; 6]
         {
             ep.peer_mac = Some(src);
         }
