@@ -784,6 +784,45 @@ fn icmpv6_frame(
 }
 
 #[test]
+fn a_pods_router_solicitations_and_mld_reports_are_consumed_not_errors() {
+    let mut node = dual_stack_node();
+    let pod_ll: std::net::Ipv6Addr = "fe80::858:aff:fe41:2".parse().unwrap();
+    let all_routers: std::net::Ipv6Addr = "ff02::2".parse().unwrap();
+    let mld_routers: std::net::Ipv6Addr = "ff02::16".parse().unwrap();
+    let rs = icmpv6_frame(
+        POD_A_MAC,
+        [0x33, 0x33, 0, 0, 0, 2],
+        pod_ll,
+        all_routers,
+        255,
+        etherparse::Icmpv6Type::RouterSolicitation,
+        &[],
+    );
+    assert!(node.send(ports::POD_A, &rs).is_empty());
+    // An MLDv2 report (143) behind the hop-by-hop router alert.
+    let mut mld = icmpv6_frame(
+        POD_A_MAC,
+        [0x33, 0x33, 0, 0, 0, 0x16],
+        pod_ll,
+        mld_routers,
+        1,
+        etherparse::Icmpv6Type::Unknown {
+            type_u8: 143,
+            code_u8: 0,
+            bytes5to8: [0, 0, 0, 0],
+        },
+        &[],
+    );
+    mld[14 + 6] = 0;
+    let plen = u16::from_be_bytes([mld[18], mld[19]]) + 8;
+    mld[18..20].copy_from_slice(&plen.to_be_bytes());
+    mld.splice(54..54, [58, 0, 5, 2, 0, 0, 1, 0]);
+    assert!(node.send(ports::POD_A, &mld).is_empty());
+    let c = finish(&node);
+    assert_eq!((c.consumed, c.dropped()), (2, 0), "{c:?}");
+}
+
+#[test]
 fn proxy_ndp_answers_the_pods_gateway_with_the_ee_mac() {
     let mut node = dual_stack_node();
     let pod_ll: std::net::Ipv6Addr = "fe80::858:aff:fe41:2".parse().unwrap();

@@ -69,9 +69,17 @@ impl Pipeline {
                 return self.proxy_ndp(buf, ingress, start, l3, target);
             }
         }
+        if kind == PortKind::Pod
+            && m.dst.is_multicast()
+            && is_solicitation_or_listener_report(&buf[l3..l3 + m.len], next_header)
+        {
+            // A pod's kernel sends router solicitations and MLD reports on
+            // its own: not errors, not answered (its routes are static, as
+            // Calico's), taken as `consumed`.
+            return Verdict::Consumed;
+        }
         if m.dst.is_multicast() || is_link_local(src) || is_link_local(m.dst) {
-            // Other link-scope traffic (router solicitations, MLD) is not
-            // ours to forward.
+            // Other link-scope traffic is not ours to forward.
             return Verdict::Drop(DropReason::Unsupported);
         }
         if kind == PortKind::Pod
@@ -261,4 +269,20 @@ impl Pipeline {
         }
         v
     }
+}
+
+/// Whether the IPv6 packet `ip` (header first) is a router solicitation
+/// (ICMPv6 133) or an MLD report/done (131, 132, 143), directly or behind
+/// one hop-by-hop header (MLD's router alert).
+fn is_solicitation_or_listener_report(ip: &[u8], next_header: IpProtocol) -> bool {
+    let mut at = ipv6::HEADER_LEN;
+    let mut next = next_header;
+    if next == IpProtocol::HopByHop {
+        let (Some(&nh), Some(&len)) = (ip.get(at), ip.get(at + 1)) else {
+            return false;
+        };
+        next = IpProtocol::from(nh);
+        at += (usize::from(len) + 1) * 8;
+    }
+    next == IpProtocol::Icmpv6 && matches!(ip.get(at), Some(133 | 131 | 132 | 143))
 }
