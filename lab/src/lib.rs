@@ -44,12 +44,14 @@ use serde_json::Value;
 mod cni;
 mod density;
 mod exec;
+mod podbench;
 mod policy;
 mod teardown;
 
 use cni::{CONFLIST, Pod, cni_add, cni_conf_dir, cni_del, install_cni};
 pub use density::DensityReport;
 use exec::{in_ns, ip, sh, sh_within, succeeds_within, wait_for};
+pub use podbench::{BenchRow, Figure, PodBench, PodBenchSpec};
 pub use policy::PolicyReport;
 use teardown::{OWNER, process_identity, running_owner, spawn_daemon};
 pub use teardown::{Stopped, Teardown, down, lab_namespaces};
@@ -95,6 +97,9 @@ pub struct LabConfig {
     /// three namespaces probed all pairs per case); 0 skips the step,
     /// `usize::MAX` runs every case.
     pub policy_cases: usize,
+    /// The pod benchmark (iperf3 between pods beside the kernel's
+    /// Calico-shaped path built in the same run; issue 13), if any.
+    pub pod_bench: Option<PodBenchSpec>,
     /// The pods' interface (the conflist's `interfaceKind`): a veth whose
     /// host end the vrouter takes by AF_XDP, or a TAP in the pod that it
     /// attaches one queue per worker of (issue 13).
@@ -117,6 +122,7 @@ impl LabConfig {
             density_idle_secs: 5,
             policy_cases: 0,
             pod_interface: InterfaceKind::Veth,
+            pod_bench: None,
         }
     }
 
@@ -200,6 +206,8 @@ pub struct LabReport {
     pub metric_names: std::collections::BTreeSet<String>,
     /// The density step's figures, when it ran.
     pub density: Option<DensityReport>,
+    /// The pod benchmark's table, when it ran.
+    pub pod_bench: Option<PodBench>,
     /// The policy step's truth tables, when it ran.
     pub policy: Option<PolicyReport>,
     /// The final teardown (none with `keep`).
@@ -433,6 +441,13 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
                 Err(e) => report.failed_step = Some(format!("throughput: {e:#}")),
             }
         }
+    }
+
+    if let Some(spec) = cfg.pod_bench {
+        step("pod benchmark: iperf3 between pods, the kernel's Calico-shaped path beside");
+        let b = podbench::run(pods, spec, cfg.pod_interface.as_str(), &cfg.encap)?;
+        println!("{b}");
+        report.pod_bench = Some(b);
     }
 
     step("brindlectl on node 1");

@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod forwarder;
 pub mod frame;
 pub mod plot;
+pub mod pods;
 pub mod report;
 pub mod runner;
 pub mod search;

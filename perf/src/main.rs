@@ -31,6 +31,9 @@ enum Command {
     Selftest,
     /// Measure the control path: CNI ADD/DEL latency, BGP route learning.
     Control(brindle_perf::control::ControlArgs),
+    /// Pod traffic (iperf3) through lab runs of Brindle beside the kernel's
+    /// Calico-shaped path built in each run; as root, one lab at a time.
+    Pods(brindle_perf::pods::PodsArgs),
 }
 
 #[derive(Parser)]
@@ -106,6 +109,7 @@ fn main() -> Result<()> {
         Command::Run(args) => run(*args),
         Command::Selftest => selftest_command(),
         Command::Control(args) => brindle_perf::control::run(args),
+        Command::Pods(args) => brindle_perf::pods::run(args),
     }
 }
 

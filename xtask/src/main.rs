@@ -92,7 +92,7 @@ fn main() -> Result<()> {
                 "usage: cargo xtask <lab [down] | test | bench | fuzz [SECONDS] | deps>\n\
                  \n  lab    run the local three-node lab (lab down: remove it)\
                  \n  test   install what the tests need, then run every check and test\
-                 \n  bench  run the benchmarks (long)\
+                 \n  bench  run the benchmarks (long); bench pods [ARGS]: brindle-perf pods\
                  \n  fuzz   run every fuzz target for SECONDS each (default {FUZZ_SECONDS_IN_TEST})\
                  \n  deps   install the Debian packages and kernel settings only\
                  \n  unused-deps  fail on a dependency no source of its crate names"
@@ -359,6 +359,33 @@ fn fuzz(seconds: u32) -> Result<()> {
 }
 
 fn bench(args: &[String]) -> Result<()> {
+    if args.first().map(String::as_str) == Some("pods") {
+        // Pod traffic beside the kernel (issue 13): release daemons, lab
+        // runs driven by brindle-perf; the rest of the line goes to it.
+        step("pod traffic: brindle-perf pods (release)");
+        run(cargo().args([
+            "build",
+            "--release",
+            "-p",
+            "brindle-vrouter",
+            "-p",
+            "brindle-ctrl",
+            "-p",
+            "brindle-cni",
+            "-p",
+            "brindle-ipam",
+            "-p",
+            "brindle-perf",
+        ]))?;
+        let target =
+            env::var("CARGO_TARGET_DIR").map_or_else(|_| PathBuf::from("target"), PathBuf::from);
+        let release = target.join("release");
+        return run(Command::new(release.join("brindle-perf"))
+            .arg("pods")
+            .arg("--bin-dir")
+            .arg(&release)
+            .args(&args[1..]));
+    }
     step("criterion benchmarks");
     run(cargo().args(["bench", "--workspace"]).args(args))
 }
@@ -390,11 +417,17 @@ fn lab(args: &[String]) -> Result<()> {
             "--pod-interface" => {
                 cfg.pod_interface = value()?.parse().map_err(anyhow::Error::msg)?
             }
+            "--pod-bench" => {
+                cfg.pod_bench = Some(brindle_lab::PodBenchSpec {
+                    secs: value()?.parse()?,
+                    plumbing_only: false,
+                })
+            }
             "--keep" => cfg.keep = true,
             "--no-build" => build = false,
             other => bail!(
                 "unknown lab option {other}: lab [--nodes N] [--pods P] \
-                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--density N] [--policy] [--pod-interface veth|tap] [--keep] [--no-build] | lab down"
+                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--density N] [--policy] [--pod-interface veth|tap] [--pod-bench SECS] [--keep] [--no-build] | lab down"
             ),
         }
     }
