@@ -7,7 +7,8 @@
 //! beyond the node (the kernel forwards), and a DNAT rule in the node's
 //! kernel (kube-proxy's shape, in nftables) to a pod on the same node whose
 //! reply goes back through the kernel to be un-DNATed, the two pods on
-//! different workers.
+//! different workers; forged sources from a pod to a pod, the node, the
+//! ClusterIP and the outside are counted `spoofed` drops that never arrive.
 //!
 //! Root only: `cargo test -p brindle-vrouter -- --include-ignored`.
 
@@ -201,6 +202,45 @@ fn the_host_port_carries_host_to_pod_pod_to_outside_and_a_dnat_both_ways() -> Re
     let seen = tcp_through(&pod_b, "10.68.0.3:8080", &pod_a, "10.96.0.10:80")
         .context("pod → ClusterIP → pod on the same node")?;
     assert_eq!(seen.ip().to_string(), "10.68.0.2", "no SNAT on the way");
+
+    // Anti-spoofing whatever the destination (issue 14, item 6a): pod A
+    // sends from an address that is not its own to a pod, the node, the
+    // ClusterIP and the outside: each is a counted `spoofed` drop, and
+    // neither pod B nor the node's kernel (which carries the node, Service
+    // and outside classes) ever sees the forged source.
+    let count_forged = "add table ip forged; \
+         add chain ip forged pre { type filter hook prerouting priority -300; }; \
+         add rule ip forged pre ip saddr 10.68.0.99 counter";
+    node.exec(&["nft", count_forged])?;
+    pod_b.exec(&["nft", count_forged])?;
+    let spoofed = |c: &mut Client| -> Result<u64> {
+        let stats: brindle_api::vrouter::Stats = c.call(&VrouterRequest::GetStats)?;
+        Ok(stats
+            .workers
+            .iter()
+            .filter_map(|w| w.drops.get("spoofed"))
+            .sum())
+    };
+    let before = spoofed(&mut c)?;
+    pod_a.ip(&["addr", "add", "10.68.0.99/32", "dev", "eth0"])?;
+    let targets = ["10.68.0.3", "203.0.113.1", "10.96.0.10", "203.0.113.2"];
+    for dst in targets {
+        let out = pod_a.exec(&["ping", "-c", "1", "-W", "1", "-I", "10.68.0.99", dst]);
+        assert!(out.is_err(), "forged source to {dst} answered: {out:?}");
+    }
+    let after = spoofed(&mut c)?;
+    assert!(
+        after - before >= targets.len() as u64,
+        "spoofed {before} -> {after}"
+    );
+    for ns in [&node, &pod_b] {
+        let rules = ns.exec(&["nft", "list", "table", "ip", "forged"])?;
+        assert!(
+            rules.contains("counter packets 0 bytes 0"),
+            "a forged source arrived in {}: {rules}",
+            ns.name
+        );
+    }
 
     let last = vrouter.stop()?;
     assert!(!last.is_empty());
