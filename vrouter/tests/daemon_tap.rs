@@ -247,6 +247,17 @@ fn tap_pods_ping_transfer_and_survive_a_vrouter_restart() -> Result<()> {
     let out = pod_b.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.66.1.2"])?;
     assert!(out.contains("3 received"), "{out}");
     transfer(&pod_a, &pod_b, "10.66.1.2", 1 << 20)?;
+    // Pod B's MAC changes (issue 14, item 7): once B speaks from the new
+    // one, both directions reach it, whichever worker reads or writes its
+    // queues (a TAP pod has one on every worker).
+    pod_b.ip(&["link", "set", "eth0", "address", "02:b4:00:00:00:33"])?;
+    let _ = pod_b.exec(&["ping", "-c", "2", "-i", "0.2", "-W", "1", "10.66.1.2"]);
+    let out = pod_b.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.66.1.2"])?;
+    assert!(out.contains("3 received"), "B -> A, B's MAC changed: {out}");
+    let out = pod_a.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.66.1.3"])?;
+    assert!(out.contains("3 received"), "A -> B, B's MAC changed: {out}");
+    transfer(&pod_a, &pod_b, "10.66.1.2", 1 << 20)?;
+    transfer(&pod_b, &pod_a, "10.66.1.3", 1 << 20)?;
     drop(c);
     vrouter.stop()?;
     Ok(())
