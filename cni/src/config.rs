@@ -95,6 +95,13 @@ pub struct BrindleConfig {
     pub require_daemon: bool,
     /// How long one exchange with the daemon may take.
     pub daemon_timeout_ms: u64,
+    /// The node's vrouter has a host port (ctrl's `[vrouter] host_port`,
+    /// `brindle0`): the node's kernel reaches pods through it (ctrl's
+    /// `proto 73` routes via 169.254.1.1 cover the node's blocks), so a veth
+    /// pod gets no `<ip>/32 dev <host veth>` route, which would take host →
+    /// pod (and kube-proxy's DNAT to a pod on this node) past the vrouter.
+    /// CHECK then does not expect that route.
+    pub host_port: bool,
     /// `tracing` filter for the plugin's stderr log (`info`, `debug`, ...).
     pub log_level: String,
     /// A file to append the log to, besides stderr.
@@ -112,6 +119,7 @@ impl Default for BrindleConfig {
             tap_queues: 1,
             require_daemon: true,
             daemon_timeout_ms: 2000,
+            host_port: false,
             log_level: "info".to_string(),
             log_file: None,
         }

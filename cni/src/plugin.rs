@@ -260,13 +260,18 @@ fn build(
         .ok_or_else(|| CniError::io("reading the pod interface", "not in the pod netns"))?;
     let ips = pod_ips(ipam);
     let gateways = configure_pod(pod, &pod_link, &ips)?;
+    // With a host port the node reaches the pod through the vrouter
+    // (ctrl's routes via brindle0), never by the veth.
+    let host_route = !BrindleConfig::from_conf(&req.conf)?.host_port;
     for ip in &ips {
         // Replace, not add: a released address can be handed out again
         // while the veth of its previous pod is still being torn down; the
         // new route wins, and removing the old veth only flushes routes
         // through the old veth.
-        host.replace_route(*ip, None, host_link.index, RouteScope::Link)
-            .map_err(nl("adding the host route to the pod"))?;
+        if host_route {
+            host.replace_route(*ip, None, host_link.index, RouteScope::Link)
+                .map_err(nl("adding the host route to the pod"))?;
+        }
         // The pod-role steering program hands every frame from the pod,
         // ARP replies included, to the vrouter, so the node's kernel never
         // learns the pod's MAC by itself; without this entry the node
@@ -624,7 +629,7 @@ impl Plugin for Brindle {
                     }
                     let mut routes = host.routes(false).map_err(nl("reading host routes"))?;
                     routes.extend(host.routes(true).map_err(nl("reading host routes"))?);
-                    for ip in &expected_ips {
+                    for ip in expected_ips.iter().filter(|_| !cfg.host_port) {
                         let host_route = host_prefix(ip.addr());
                         if !routes
                             .iter()

@@ -252,6 +252,34 @@ fn add_sets_up_the_pod_then_check_del_and_del_again_succeed() -> Result<()> {
 
 #[test]
 #[ignore = "requires root and network namespaces"]
+fn with_the_host_port_on_no_host_route_goes_by_the_veth_and_check_agrees() -> Result<()> {
+    let _ = ROOT;
+    let w = World::new("1.0.0", true)?;
+    let pod = Netns::new("bhp")?;
+    let mut conf = w.conf()?;
+    conf["hostPort"] = json!(true);
+    let result = w.run(&w.inv("ADD", "c1", &pod), &conf)?.ok()?.clone();
+    let ip = pod_ip(&result)?;
+    let host_ifname = result["interfaces"][0]["name"].as_str().unwrap_or_default();
+    // The node reaches the pod through the vrouter's host port (ctrl's
+    // routes via brindle0), not by a /32 on the veth.
+    let host_routes = w.host.ns.ip_json(&["-4", "route", "show", &ip])?;
+    assert_eq!(
+        host_routes.as_array().map(Vec::len),
+        Some(0),
+        "{host_routes}"
+    );
+    assert!(has_flag(&link(&w.host.ns, host_ifname)?, "UP"));
+    w.run(&w.inv("CHECK", "c1", &pod), &with_prev(&conf, &result))?
+        .ok()?;
+    w.run(&w.inv("DEL", "c1", &pod), &with_prev(&conf, &result))?
+        .ok()?;
+    assert!(w.host.bri_links()?.is_empty());
+    Ok(())
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
 fn mtu_is_derived_from_the_uplink_and_del_succeeds_with_the_netns_gone() -> Result<()> {
     let mut w = World::new("1.0.0", true)?;
     w.host.ns.ip(&["link", "set", "up0", "mtu", "9000"])?;
