@@ -44,6 +44,7 @@ use serde_json::Value;
 mod cni;
 mod density;
 mod exec;
+mod hostpath;
 mod podbench;
 mod policy;
 mod teardown;
@@ -51,6 +52,7 @@ mod teardown;
 use cni::{CONFLIST, Pod, cni_add, cni_conf_dir, cni_del, install_cni};
 pub use density::DensityReport;
 use exec::{in_ns, ip, sh, sh_within, succeeds_within, wait_for};
+pub use hostpath::{ConnRow, ConnectivityReport};
 pub use podbench::{BenchRow, Figure, PodBench, PodBenchSpec};
 pub use policy::PolicyReport;
 use teardown::{OWNER, process_identity, running_owner, spawn_daemon};
@@ -104,6 +106,9 @@ pub struct LabConfig {
     /// host end the vrouter takes by AF_XDP, or a TAP in the pod that it
     /// attaches one queue per worker of (issue 13).
     pub pod_interface: InterfaceKind,
+    /// The vrouter's host port `brindle0` (issue 14): ctrl's
+    /// `[vrouter] host_port`, the kernel's routes into it and natOutgoing.
+    pub host_port: bool,
 }
 
 impl LabConfig {
@@ -123,6 +128,7 @@ impl LabConfig {
             policy_cases: 0,
             pod_interface: InterfaceKind::Veth,
             pod_bench: None,
+            host_port: false,
         }
     }
 
@@ -210,6 +216,8 @@ pub struct LabReport {
     pub pod_bench: Option<PodBench>,
     /// The policy step's truth tables, when it ran.
     pub policy: Option<PolicyReport>,
+    /// The connectivity table of issue 14 (host, nodes, outside, Service).
+    pub connectivity: Option<ConnectivityReport>,
     /// The final teardown (none with `keep`).
     pub teardown: Option<Teardown>,
 }
@@ -222,6 +230,10 @@ impl LabReport {
             && self.paths.iter().all(|p| p.kind == p.expected)
             && self.density.as_ref().is_none_or(DensityReport::success)
             && self.policy.as_ref().is_none_or(PolicyReport::success)
+            && self
+                .connectivity
+                .as_ref()
+                .is_none_or(ConnectivityReport::success)
     }
 }
 
@@ -378,6 +390,13 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
 
     step("all-pairs ping (3 each)");
     ping_matrix(pods, report);
+
+    if cfg.host_port {
+        step("connectivity: host, nodes, the outside (natOutgoing), a kube-proxy Service");
+        let c = hostpath::run(cfg, pods)?;
+        println!("{c}");
+        report.connectivity = Some(c);
+    }
 
     if cfg.policy_cases > 0 {
         step("network policy: 3 namespaces x 3 pods, TCP and UDP on 80 and 81, all pairs per case");
@@ -641,6 +660,7 @@ fn nodes(cfg: &LabConfig) -> Result<()> {
             ("BRINDLE_METRICS_LISTEN", "127.0.0.1:9091".into()),
         ]
         .into_iter()
+        .chain(cfg.host_port.then(hostpath::ctrl_env).into_iter().flatten())
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
         spawn_daemon(
