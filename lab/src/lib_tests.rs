@@ -1,6 +1,6 @@
 //! Unit tests of the lab library (pure parts: parsing, tables, paths).
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::*;
 
