@@ -39,6 +39,10 @@ pub struct NodeStatus {
     pub endpoints: usize,
     /// Blocks announced over BGP.
     pub announced_blocks: Vec<IpNet>,
+    /// Borrowed addresses (this node's pods in other nodes' blocks)
+    /// announced over BGP as host routes.
+    #[serde(default)]
+    pub announced_borrowed: Vec<IpNet>,
     /// Service prefixes announced over BGP (`bgp.service_*_ips`).
     #[serde(default)]
     pub announced_services: Vec<IpNet>,

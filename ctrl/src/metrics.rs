@@ -108,6 +108,9 @@ pub struct Metrics {
     pub ipam_addresses_allocated: Gauge,
     /// Addresses this node's blocks can hand out.
     pub ipam_addresses_usable: Gauge,
+    /// This node's pod addresses in other nodes' blocks, announced as host
+    /// routes.
+    pub borrowed_addresses: Gauge,
     /// Time to answer one `ctrl.sock` request, by op.
     pub api_request_seconds: Family<OpLabel, Histogram, fn() -> Histogram>,
     /// Kubernetes API watch failures (`[datastore.kubernetes]`).
@@ -147,6 +150,7 @@ impl Metrics {
             ipam_blocks: Gauge::default(),
             ipam_addresses_allocated: Gauge::default(),
             ipam_addresses_usable: Gauge::default(),
+            borrowed_addresses: Gauge::default(),
             api_request_seconds: Family::new_with_constructor(request_histogram),
             kube_watch_errors: Counter::default(),
             kube_objects_dropped: Counter::default(),
@@ -202,6 +206,11 @@ impl Metrics {
             "ipam_addresses_usable",
             "Addresses this node's blocks can hand out",
             m.ipam_addresses_usable.clone(),
+        );
+        registry.register(
+            "borrowed_addresses",
+            "This node's pod addresses in other nodes' blocks (borrowed when the pool had no block to claim), announced over BGP as host routes",
+            m.borrowed_addresses.clone(),
         );
         registry.register(
             "api_request_seconds",

@@ -2,6 +2,14 @@
 //!
 //! - The blocks affine to this node are announced with the node address as
 //!   next hop; a released block is withdrawn ([`block_diff`]).
+//! - A pod address of this node that lies in a block NOT affine to it (IPAM
+//!   borrowed it when the pool had no block left to claim, or the block's
+//!   node is gone) is announced as a host route, /32 or /128 ([`borrowed`]),
+//!   and withdrawn with its pod. Calico does the same: BIRD exports every
+//!   workload route inside a pool except those under a block confirmed
+//!   affine to this node, which it aggregates as the block. Every other node
+//!   learns the host route and longest prefix wins over the block's route,
+//!   on the block's own node too (its blackhole is only the /26).
 //! - A learned best route becomes one vrouter route ([`route_for`]): the
 //!   pool containing the prefix decides the encapsulation (IPIP, VXLAN, or
 //!   native via the uplink for `none`; the cross-subnet modes route natively
@@ -97,6 +105,22 @@ pub fn block_diff(
         affine.difference(announced).copied().collect(),
         announced.difference(affine).copied().collect(),
     )
+}
+
+/// The host routes to announce for this node's pod `addresses` that lie
+/// in a block of another node or of none (`foreign_blocks`): borrowed
+/// addresses. An address in no known block (a block claimed after the
+/// datastore was last read) is not borrowed: a claim is only ever for the
+/// claiming node, while borrowing takes from blocks that already existed.
+pub fn borrowed<'a>(
+    addresses: impl IntoIterator<Item = &'a IpNet>,
+    foreign_blocks: &BTreeSet<IpNet>,
+) -> BTreeSet<IpNet> {
+    addresses
+        .into_iter()
+        .map(|a| IpNet::from(a.addr()))
+        .filter(|host| foreign_blocks.iter().any(|b| b.contains(host)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -304,5 +328,59 @@ mod tests {
         let (announce, withdraw) = block_diff(&a, &b);
         assert_eq!(announce, vec!["10.244.0.128/26".parse::<IpNet>().unwrap()]);
         assert_eq!(withdraw, vec!["10.244.0.0/26".parse::<IpNet>().unwrap()]);
+    }
+
+    fn nets(list: &[&str]) -> BTreeSet<IpNet> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn only_addresses_in_another_nodes_block_are_borrowed_and_announced_as_host_routes() {
+        // Blocks of other nodes (or of none): a /26 of IPv4, a /122 of IPv6.
+        let foreign = nets(&["10.244.1.0/26", "fd00:244::40/122"]);
+        let ours: Vec<IpNet> = [
+            "10.244.0.5/32",    // in our own block
+            "10.244.1.7/32",    // borrowed
+            "10.244.1.9/26",    // borrowed, whatever length the record says
+            "10.244.9.1/32",    // in no block read yet: a fresh claim of ours
+            "fd00:244::41/128", // borrowed IPv6
+            "fd00:244::1/128",  // in no foreign block
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        assert_eq!(
+            borrowed(&ours, &foreign),
+            nets(&["10.244.1.7/32", "10.244.1.9/32", "fd00:244::41/128"])
+        );
+        assert_eq!(borrowed(&ours, &BTreeSet::new()), BTreeSet::new());
+    }
+
+    #[test]
+    fn a_learned_borrowed_host_route_beats_the_blocks_route_and_is_encapsulated_to_the_borrower() {
+        // Node .12 owns the block, node .13 borrowed 10.244.1.7: every node
+        // (the block's own included, whose vrouter has the block as a
+        // blackhole) routes the /32 to the borrower, the rest of the block
+        // to its owner; the vrouter's LPM picks the /32.
+        let block = route_for(
+            &best("10.244.1.0/26", "192.168.0.12"),
+            &pools("ipip"),
+            &underlay(),
+        );
+        let host = route_for(
+            &best("10.244.1.7/32", "192.168.0.13"),
+            &pools("ipip"),
+            &underlay(),
+        );
+        assert_eq!(block.target, encap(Encap::Ipip, "192.168.0.12"));
+        assert_eq!(host.target, encap(Encap::Ipip, "192.168.0.13"));
+        assert_eq!(host.prefix, "10.244.1.7/32".parse::<IpNet>().unwrap());
+        // With a host port too: a pool's /32 is a pod, not the host's.
+        let u = Underlay {
+            host_port: true,
+            ..underlay()
+        };
+        let host = route_for(&best("10.244.1.7/32", "192.168.0.13"), &pools("none"), &u);
+        assert_eq!(host.target, gateway("192.168.0.13"));
     }
 }

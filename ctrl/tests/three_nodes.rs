@@ -15,62 +15,14 @@ mod daemon_support;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use brindle_api::framing::Client;
 use brindle_api::vrouter::{Encap, RouteTarget};
 use brindle_ctrl::programming::desired::Desired;
-use daemon_support::{Daemon, FakeVrouter, free_port, wait_for};
+use daemon_support::{Daemon, Etcd, FakeVrouter, free_port, wait_for};
 use ipnet::IpNet;
 use serde_json::Value;
-
-/// A real etcd on loopback, killed on drop.
-struct Etcd {
-    child: Child,
-    url: String,
-}
-
-impl Etcd {
-    fn start(dir: &Path) -> Etcd {
-        let (client, peer) = (free_port(), free_port());
-        let url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new("etcd")
-            .args(["--name", "t", "--data-dir"])
-            .arg(dir.join("etcd"))
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-            ])
-            .arg(format!("--initial-cluster=t={peer_url}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("etcd.log")).unwrap())
-            .spawn()
-            .expect("etcd (Debian package etcd-server) must be installed");
-        let addr = format!("127.0.0.1:{client}");
-        wait_for("etcd", Duration::from_secs(20), || {
-            std::net::TcpStream::connect(&addr).is_ok()
-        })
-        .unwrap();
-        Etcd { child, url }
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 struct Node {
     address: Ipv4Addr,

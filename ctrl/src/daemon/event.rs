@@ -84,6 +84,10 @@ pub struct DatastoreView {
     pub pools: Option<Vec<PoolRouting>>,
     /// The blocks affine to this node.
     pub affine_blocks: Option<BTreeSet<IpNet>>,
+    /// Every other block (another node's, or of no node): our pods'
+    /// addresses in them are borrowed (from the same read as
+    /// `affine_blocks`).
+    pub foreign_blocks: Option<BTreeSet<IpNet>>,
     /// Every node record, live or not.
     pub nodes: Option<Vec<NodeRecord>>,
     /// The heartbeat was written.

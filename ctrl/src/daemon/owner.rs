@@ -31,7 +31,7 @@ use crate::metrics::Metrics;
 use crate::programming::Work;
 use crate::programming::desired::{endpoint_added, endpoint_removed};
 use crate::registry::{NodeRecord, WantedPeer, mesh_peers, wanted_peers};
-use crate::routing::{PoolRouting, Underlay, block_diff, request_for, route_for};
+use crate::routing::{PoolRouting, Underlay, block_diff, borrowed, request_for, route_for};
 
 /// The daemon's state.
 pub struct Owner {
@@ -55,6 +55,11 @@ pub struct Owner {
     /// a block without an endpoint are dropped here rather than sent back
     /// to the uplink.
     blocks: BTreeSet<IpNet>,
+    /// Every block not affine to us, as last read: our pods' addresses in
+    /// them are borrowed.
+    foreign_blocks: BTreeSet<IpNet>,
+    /// The host routes of our borrowed addresses, announced.
+    borrowed: BTreeSet<IpNet>,
     /// Service prefixes wanted (configuration, reload) and announced.
     services: BTreeSet<IpNet>,
     services_announced: BTreeSet<IpNet>,
@@ -153,6 +158,8 @@ impl Owner {
             learned: BTreeMap::new(),
             underlay,
             blocks: BTreeSet::new(),
+            foreign_blocks: BTreeSet::new(),
+            borrowed: BTreeSet::new(),
             services_announced: BTreeSet::new(),
             peers: BTreeMap::new(),
             nodes: Vec::new(),
@@ -251,14 +258,15 @@ impl Owner {
         }
     }
 
-    /// The kernel's host path: every pod prefix (our blocks, learned
-    /// prefixes inside a pool: remote blocks, borrowed /32s) into the host
-    /// port; natOutgoing from the pools.
+    /// The kernel's host path: every pod prefix (our blocks and borrowed
+    /// addresses, learned prefixes inside a pool: remote blocks, other
+    /// nodes' borrowed /32s) into the host port; natOutgoing from the pools.
     fn host_state(&self) -> HostState {
         let in_pool = |p: &IpNet| self.pools.iter().any(|pool| pool.cidr.contains(p));
         let routes = self
             .blocks
             .iter()
+            .chain(&self.borrowed)
             .chain(self.learned.keys().filter(|p| in_pool(p)))
             .copied()
             .collect();
@@ -393,6 +401,10 @@ impl Owner {
         if let Some(affine) = view.affine_blocks {
             self.blocks(affine, out);
         }
+        if let Some(foreign) = view.foreign_blocks {
+            self.foreign_blocks = foreign;
+            self.announce_borrowed(out);
+        }
         if let Some(nodes) = view.nodes {
             self.mesh(nodes, view.now_ms, out);
         }
@@ -437,6 +449,32 @@ impl Owner {
             self.host_dirty = true;
         }
         self.blocks = affine;
+    }
+
+    /// Announces the host routes of our pods' borrowed addresses (in a
+    /// block of another node or of none) with the node address as next hop
+    /// and withdraws those whose pod went, as Calico's BIRD exports a
+    /// workload route outside its node's blocks. The vrouter already routes
+    /// them to the pod's port; the kernel's host path gets them too.
+    fn announce_borrowed(&mut self, out: &mut Vec<Effect>) {
+        let wanted = borrowed(
+            self.endpoints.values().flat_map(|ep| &ep.ips),
+            &self.foreign_blocks,
+        );
+        let (announce, withdraw) = block_diff(&self.borrowed, &wanted);
+        let next_hop = IpAddr::V4(self.v.node_address);
+        for p in announce {
+            info!(address = %p, "announcing a borrowed address");
+            out.push(Effect::Bgp(BgpCommand::Announce(p, next_hop)));
+            self.host_dirty = true;
+        }
+        for p in withdraw {
+            info!(address = %p, "withdrawing a borrowed address");
+            out.push(Effect::Bgp(BgpCommand::Withdraw(p)));
+            self.host_dirty = true;
+        }
+        self.metrics.borrowed_addresses.set(wanted.len() as i64);
+        self.borrowed = wanted;
     }
 
     /// The automatic IPAM GC, every `ipam.gc_interval_secs` of datastore
@@ -612,6 +650,7 @@ impl Owner {
             }
         }
         self.count_endpoints();
+        self.announce_borrowed(out);
     }
 
     /// The policy update for these pods' local endpoints, after `reqs`.
@@ -650,6 +689,7 @@ impl Owner {
                     vrouter_reachable: self.health.vrouter_up(),
                     endpoints: self.endpoints.len(),
                     announced_blocks: self.blocks.iter().copied().collect(),
+                    announced_borrowed: self.borrowed.iter().copied().collect(),
                     announced_services: self.services_announced.iter().copied().collect(),
                     nodes: self.nodes.clone(),
                 };

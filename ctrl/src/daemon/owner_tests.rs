@@ -131,6 +131,7 @@ fn view(pools: Vec<PoolRouting>, blocks: &[&str], nodes: Vec<NodeRecord>) -> Dat
     DatastoreView {
         pools: Some(pools),
         affine_blocks: Some(blocks.iter().map(|b| net(b)).collect()),
+        foreign_blocks: Some(BTreeSet::new()),
         nodes: Some(nodes),
         heartbeat_ok: true,
         now_ms: 1_000_000,
@@ -968,3 +969,6 @@ fn the_tunnel_peers_are_sent_in_every_encapsulation_mode_and_follow_the_nodes() 
         assert_eq!(set_nodes(out), vec![set_node(vec![], None)], "{mode}");
     }
 }
+
+#[path = "owner_borrow_tests.rs"]
+mod borrow;

@@ -302,12 +302,11 @@ impl DatastoreWorker {
                 None
             }
         };
-        let affine_blocks: Option<BTreeSet<IpNet>> = match self.ipam.blocks() {
+        let (affine_blocks, foreign_blocks) = match self.ipam.blocks() {
             Ok(blocks) => {
-                let ours: Vec<_> = blocks
+                let (ours, foreign): (Vec<_>, Vec<_>) = blocks
                     .into_iter()
-                    .filter(|b| b.affinity.as_deref() == Some(name))
-                    .collect();
+                    .partition(|b| b.affinity.as_deref() == Some(name));
                 // IPAM usage of this node, for the dashboard.
                 let sum = |f: fn(&brindle_api::ipam::BlockView) -> u64| {
                     i64::try_from(ours.iter().map(f).sum::<u64>()).unwrap_or(i64::MAX)
@@ -317,11 +316,14 @@ impl DatastoreWorker {
                     .ipam_addresses_allocated
                     .set(sum(|b| b.allocated));
                 self.metrics.ipam_addresses_usable.set(sum(|b| b.usable));
-                Some(ours.into_iter().map(|b| b.cidr).collect())
+                let cidrs = |v: Vec<brindle_api::ipam::BlockView>| -> BTreeSet<IpNet> {
+                    v.into_iter().map(|b| b.cidr).collect()
+                };
+                (Some(cidrs(ours)), Some(cidrs(foreign)))
             }
             Err(e) => {
                 warn!(error = %e, "reading blocks");
-                None
+                (None, None)
             }
         };
         let mut record = self.record.clone();
@@ -346,6 +348,7 @@ impl DatastoreWorker {
         DatastoreView {
             pools,
             affine_blocks,
+            foreign_blocks,
             nodes,
             heartbeat_ok,
             now_ms: now_ms(),

@@ -100,6 +100,53 @@ impl Drop for FakeVrouter {
     }
 }
 
+/// A real etcd on loopback, killed on drop.
+pub struct Etcd {
+    child: Child,
+    pub url: String,
+}
+
+impl Etcd {
+    pub fn start(dir: &Path) -> Etcd {
+        let (client, peer) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .args(["--name", "t", "--data-dir"])
+            .arg(dir.join("etcd"))
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .arg(format!("--initial-cluster=t={peer_url}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("etcd.log")).unwrap())
+            .spawn()
+            .expect("etcd (Debian package etcd-server) must be installed");
+        let addr = format!("127.0.0.1:{client}");
+        wait_for("etcd", Duration::from_secs(20), || {
+            std::net::TcpStream::connect(&addr).is_ok()
+        })
+        .unwrap();
+        Etcd { child, url }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A running `brindle-ctrl`, stopped (SIGTERM, then SIGKILL) on drop.
 pub struct Daemon {
     pub child: Option<Child>,
