@@ -125,6 +125,8 @@ fn main() -> Result<()> {
         mtu: 1450,
         ctrl_socket: daemon.path.display().to_string(),
         ipam: host_local(ipam_dir.path(), "10.250.0.0/23", None),
+        // The figures in cni/README.md are veth pods'.
+        interface_kind: brindle_cni::config::InterfaceKind::Veth,
         ..Default::default()
     };
     let conf = render(&params)?

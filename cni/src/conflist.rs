@@ -11,6 +11,19 @@ use crate::config::InterfaceKind;
 /// The template, with `${NAME}` placeholders.
 pub const TEMPLATE: &str = include_str!("../conflist/10-brindle.conflist.template");
 
+/// `${BANDWIDTH}`: the `bandwidth` plugin, chained for veth pods only. It
+/// shapes the pod's host veth (a tbf, an ifb for egress), which a TAP pod
+/// does not have: its ADD with a rate and its every CHECK fail on a TAP
+/// pod ("container interface eth0 has no veth peer").
+pub fn bandwidth_plugin(kind: InterfaceKind) -> &'static str {
+    match kind {
+        InterfaceKind::Veth => {
+            r#" { "type": "bandwidth", "capabilities": { "bandwidth": true } },"#
+        }
+        InterfaceKind::Tap => "",
+    }
+}
+
 /// The values to fill in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConflistParams {
@@ -29,11 +42,14 @@ pub struct ConflistParams {
     pub require_daemon: bool,
     /// The `ipam` section.
     pub ipam: Value,
-    /// What the pod's interface is (`interfaceKind`).
+    /// What the pod's interface is (`interfaceKind`): `tap` by default
+    /// (issue 13), `veth` as an option.
     pub interface_kind: InterfaceKind,
-    /// Queues of a TAP pod interface (`tapQueues`): the vrouter's workers.
-    /// The vrouter attaches one queue per worker whatever the TAP was made
-    /// with; this sizes the queues the pod's kernel sees from the start.
+    /// Queues of a TAP pod interface (`tapQueues`). The vrouter attaches
+    /// one queue per worker whatever the TAP was made with; this sizes the
+    /// queues the pod's kernel sees until then. 1 by default (a node's
+    /// `cores = "auto"` is not known where the conflist is written); the
+    /// lab, which knows its vrouters' workers, gives their count.
     pub tap_queues: u16,
 }
 
@@ -47,7 +63,7 @@ impl Default for ConflistParams {
             ctrl_socket: brindle_api::CTRL_SOCKET.into(),
             require_daemon: true,
             ipam: json!({"type": "brindle-ipam"}),
-            interface_kind: InterfaceKind::Veth,
+            interface_kind: InterfaceKind::Tap,
             tap_queues: 1,
         }
     }
@@ -69,6 +85,7 @@ pub fn render(p: &ConflistParams) -> Result<NetConfList, serde_json::Error> {
         .replace("${REQUIRE_DAEMON}", &p.require_daemon.to_string())
         .replace("${IPAM}", &p.ipam.to_string())
         .replace("${INTERFACE_KIND}", p.interface_kind.as_str())
+        .replace("${BANDWIDTH}", bandwidth_plugin(p.interface_kind))
         .replace("${TAP_QUEUES}", &p.tap_queues.to_string());
     serde_json::from_str(&text)
 }
@@ -79,19 +96,29 @@ mod tests {
 
     use super::*;
 
+    fn types(list: &NetConfList) -> Vec<&str> {
+        list.plugins
+            .iter()
+            .map(|p| p["type"].as_str().unwrap())
+            .collect()
+    }
+
     #[test]
-    fn template_renders_to_brindle_then_tuning_bandwidth_portmap() {
+    fn template_renders_to_brindle_then_tuning_portmap_and_bandwidth_for_veth_pods() {
         let list = render(&ConflistParams::default()).unwrap();
         assert_eq!(list.cni_version, "1.0.0");
         assert_eq!(list.name, "k8s-pod-network");
-        let types: Vec<&str> = list
-            .plugins
-            .iter()
-            .map(|p| p["type"].as_str().unwrap())
-            .collect();
-        assert_eq!(types, ["brindle", "tuning", "bandwidth", "portmap"]);
+        // TAP pods (the default): no bandwidth plugin, it needs a host veth.
+        assert_eq!(types(&list), ["brindle", "tuning", "portmap"]);
         assert_eq!(list.plugins[0]["ipam"]["type"], "brindle-ipam");
         assert_eq!(list.plugins[0]["requireDaemon"], true);
+        let veth = render(&ConflistParams {
+            interface_kind: InterfaceKind::Veth,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(types(&veth), ["brindle", "tuning", "bandwidth", "portmap"]);
+        assert_eq!(veth.plugins[2]["capabilities"]["bandwidth"], true);
     }
 
     #[test]
@@ -100,7 +127,7 @@ mod tests {
             mtu: 1400,
             encapsulation: "vxlan".into(),
             ctrl_socket: "/tmp/a \"quoted\" path".into(),
-            interface_kind: InterfaceKind::Tap,
+            interface_kind: InterfaceKind::Veth,
             tap_queues: 4,
             ..Default::default()
         };
@@ -113,12 +140,17 @@ mod tests {
         assert_eq!(cfg.ctrl_socket.to_str(), Some("/tmp/a \"quoted\" path"));
         assert_eq!(
             (cfg.interface_kind, cfg.tap_queues),
-            (InterfaceKind::Tap, 4)
+            (InterfaceKind::Veth, 4)
         );
-        let veth = render(&ConflistParams::default()).unwrap();
-        let conf = veth.plugin_conf(0, &Map::new(), None).unwrap();
+        // The default conflist makes TAP pods with one queue (issue 13).
+        let tap = render(&ConflistParams::default()).unwrap();
+        assert_eq!(tap.plugins[0]["interfaceKind"], "tap");
+        let conf = tap.plugin_conf(0, &Map::new(), None).unwrap();
         let conf = brindle_api::cni::NetConf::parse(conf.to_string().as_bytes()).unwrap();
         let cfg = crate::config::BrindleConfig::from_conf(&conf).unwrap();
-        assert_eq!(cfg.interface_kind, InterfaceKind::Veth);
+        assert_eq!(
+            (cfg.interface_kind, cfg.tap_queues),
+            (InterfaceKind::Tap, 1)
+        );
     }
 }

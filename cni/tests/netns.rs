@@ -3,6 +3,10 @@
 //! with a stand-in uplink, one netns per pod), Debian's real `host-local` as
 //! IPAM and a stand-in node daemon on a real Unix socket.
 //!
+//! These are the veth pod interface's tests (`"interfaceKind": "veth"`, an
+//! option since TAP pods became the default); `tests/tap.rs` runs the
+//! default conflist's TAP pods through the same protocol.
+//!
 //! Run: `cargo test -p brindle-cni -- --include-ignored` (as root).
 
 mod common;
@@ -12,6 +16,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 use brindle_api::endpoint::EndpointRequest;
+use brindle_cni::config::InterfaceKind;
 use brindle_cni::conflist::{ConflistParams, render};
 use common::*;
 use serde_json::{Map, Value, json};
@@ -80,6 +85,7 @@ impl World {
             },
             require_daemon: true,
             ipam,
+            interface_kind: InterfaceKind::Veth,
             ..ConflistParams::default()
         }
     }

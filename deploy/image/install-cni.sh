@@ -33,7 +33,8 @@ for plugin in brindle brindle-ipam; do
     install_file 0755 "$src_dir/$plugin" "$bin_dir/$plugin"
     echo "installed $bin_dir/$plugin"
 done
-# The conflist chains the reference plugins tuning, bandwidth and portmap.
+# The conflist chains the reference plugins tuning and portmap (and
+# bandwidth with veth pods, the option).
 # Most nodes have them already (kubeadm's kubernetes-cni, the distribution's
 # containernetworking-plugins); the host's own copies win.
 for plugin in tuning bandwidth portmap; do

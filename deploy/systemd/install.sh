@@ -43,7 +43,8 @@ done
 for b in brindle brindle-ipam; do
     install_file 0755 "$bin_dir/$b" "$root/opt/cni/bin/$b"
 done
-# The conflist chains the reference plugins tuning, bandwidth and portmap
+# The conflist chains the reference plugins tuning and portmap (and
+# bandwidth with veth pods, the option)
 # (Debian: containernetworking-plugins, in /usr/lib/cni); link them where the
 # runtime looks unless the host already has its own.
 for p in tuning bandwidth portmap; do

@@ -177,13 +177,14 @@ fn the_deploy_conflist_is_the_template_rendered_with_the_deploy_values() -> Resu
         .iter()
         .filter_map(|p| p["type"].as_str())
         .collect();
-    assert_eq!(types, ["brindle", "tuning", "bandwidth", "portmap"]);
+    // TAP pods: no bandwidth plugin (it shapes a host veth they lack).
+    assert_eq!(types, ["brindle", "tuning", "portmap"]);
     let brindle = &list["plugins"][0];
     assert_eq!(brindle["ctrlSocket"], "/run/brindle/ctrl.sock");
     assert_eq!(brindle["encapsulation"], "ipip");
     assert_eq!(brindle["mtu"], 0);
     assert_eq!(brindle["requireDaemon"], true);
-    assert_eq!(brindle["interfaceKind"], "veth");
+    assert_eq!(brindle["interfaceKind"], "tap");
     assert_eq!(brindle["tapQueues"], 1);
     assert_eq!(brindle["ipam"], json!({"type": "brindle-ipam"}));
     Ok(())
@@ -546,6 +547,7 @@ fn the_daemonset_keeps_the_node_contracts() -> Result<()> {
         "/etc/cni/net.d",
         "/sys/fs/bpf",
         "/lib/modules",
+        "/var/run/netns",
     ] {
         assert!(host_paths.contains(path), "no hostPath volume for {path}");
     }
@@ -661,6 +663,19 @@ fn the_daemonset_keeps_the_node_contracts() -> Result<()> {
         "every container's requests must equal its limits"
     );
     let vrouter = named(&pod["containers"], "brindle-vrouter")?;
+    // TAP pods (the default): the vrouter opens the pods' network
+    // namespaces by the runtime's paths, which appear after it started.
+    let netns = vrouter["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["mountPath"] == "/var/run/netns")
+        .context("brindle-vrouter does not mount /var/run/netns")?;
+    assert_eq!(netns["mountPropagation"], "HostToContainer");
+    assert_eq!(
+        host_path(netns["name"].as_str().context("mount name")?)?,
+        "/var/run/netns"
+    );
     let cpus = vrouter["resources"]["requests"]["cpu"]
         .as_str()
         .context("vrouter cpu")?;
@@ -1249,6 +1264,13 @@ fn the_systemd_units_order_the_daemons_and_keep_their_capabilities() -> Result<(
         assert!(families.contains("AF_NETLINK") && families.contains("AF_UNIX"));
     }
     assert!(one(&vrouter, "RestrictAddressFamilies").contains("AF_XDP"));
+    // TAP pods (the conflist's default) and the host port: the vrouter
+    // opens /dev/net/tun and enters pods' network namespaces. A private
+    // /dev has no /dev/net/tun.
+    assert_ne!(one(&vrouter, "PrivateDevices"), "yes");
+    assert_eq!(one(&vrouter, "DevicePolicy"), "closed");
+    assert_eq!(one(&vrouter, "DeviceAllow"), "/dev/net/tun rw");
+    assert_eq!(one(&vrouter, "RestrictNamespaces"), "net");
     assert_eq!(one(&ctrl, "StateDirectory"), "brindle");
     Ok(())
 }
