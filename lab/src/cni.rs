@@ -88,8 +88,8 @@ pub(crate) fn install_cni(cfg: &LabConfig) -> Result<()> {
             // (operators leave it to NODENAME or the host name).
             ipam: json!({"type": "brindle-ipam", "mode": "daemon", "socket": sock, "node": node_ns(n)}),
             interface_kind: cfg.pod_interface,
-            // The vrouter's workers: its cores = "auto" takes every CPU.
-            tap_queues: vrouter_workers(),
+            // The vrouter's workers.
+            tap_queues: cfg.workers(),
             ..ConflistParams::default()
         })?;
         let dir = cni_conf_dir(n);
@@ -105,14 +105,6 @@ pub(crate) fn install_cni(cfg: &LabConfig) -> Result<()> {
         STATE_DIR
     );
     Ok(())
-}
-
-/// The lab vrouters' worker count: `cores = "auto"` is every CPU this
-/// process may run on.
-fn vrouter_workers() -> u16 {
-    std::thread::available_parallelism()
-        .map(|n| u16::try_from(n.get()).unwrap_or(256).min(256))
-        .unwrap_or(1)
 }
 
 /// Node `n`'s conflist, read back from its `/etc/cni/net.d` as a runtime

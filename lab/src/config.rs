@@ -39,18 +39,22 @@ pub struct LabConfig {
     /// The pod benchmark (iperf3 between pods beside the kernel's
     /// Calico-shaped path built in the same run; issue 13), if any.
     pub pod_bench: Option<PodBenchSpec>,
-    /// The pods' interface (the conflist's `interfaceKind`): a veth whose
-    /// host end the vrouter takes by AF_XDP, or a TAP in the pod that it
-    /// attaches one queue per worker of (issue 13).
+    /// The pods' interface (the conflist's `interfaceKind`): a TAP in the
+    /// pod that the vrouter attaches one queue per worker of (the default,
+    /// issue 13), or a veth whose host end it takes by AF_XDP.
     pub pod_interface: InterfaceKind,
     /// The vrouter's host port `brindle0` (issue 14): ctrl's
     /// `[vrouter] host_port`, the kernel's routes into it and natOutgoing.
     pub host_port: bool,
+    /// Workers per vrouter: 0 is `cores = "auto"` (one per CPU); N pins
+    /// node n's N workers to CPUs (n-1)*N.. modulo the CPUs, so the nodes
+    /// spread over them. TAP pods get as many queues (`tapQueues`).
+    pub vrouter_workers: u16,
 }
 
 impl LabConfig {
-    /// The defaults of `cargo xtask lab`: 3 nodes, 2 pods each, IPIP, two
-    /// subnets, a 3 s throughput run, torn down at the end.
+    /// The defaults of `cargo xtask lab`: 3 nodes, 2 pods each (TAP pods),
+    /// IPIP, two subnets, a 3 s throughput run, torn down at the end.
     pub fn new(bin_dir: PathBuf) -> LabConfig {
         LabConfig {
             bin_dir,
@@ -63,10 +67,24 @@ impl LabConfig {
             density: 0,
             density_idle_secs: 5,
             policy_cases: 0,
-            pod_interface: InterfaceKind::Veth,
+            pod_interface: InterfaceKind::default(),
             pod_bench: None,
             host_port: false,
+            vrouter_workers: 0,
         }
+    }
+
+    /// How many workers each vrouter runs.
+    pub fn workers(&self) -> u16 {
+        match self.vrouter_workers {
+            0 => cpus(),
+            n => n,
+        }
+    }
+
+    /// vrouter.toml's `cores` for node `n`.
+    pub(crate) fn vrouter_cores(&self, n: u8) -> String {
+        cores_of(n, self.vrouter_workers, cpus())
     }
 
     /// The underlay subnet (0 or 1) node `n` is on.
@@ -111,9 +129,33 @@ impl LabConfig {
             // not peer BGP), exactly like Calico's ipipMode: Never.
             bail!("--encap none routes natively, so every node must share one subnet: --subnets 1");
         }
+        if self.vrouter_workers > cpus() {
+            bail!("vrouter workers: at most one per CPU ({})", cpus());
+        }
         encap_key(&self.encap)?;
         Ok(())
     }
+}
+
+/// `cores` for node `n` (from 1) with `workers` per vrouter (0: `auto`)
+/// on `cpus` CPUs: the nodes take the CPUs in turn.
+fn cores_of(n: u8, workers: u16, cpus: u16) -> String {
+    if workers == 0 {
+        return "auto".into();
+    }
+    let (workers, cpus) = (usize::from(workers), usize::from(cpus.max(1)));
+    let first = usize::from(n.max(1) - 1) * workers;
+    (first..first + workers)
+        .map(|c| (c % cpus).to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The CPUs this process may run on (what `cores = "auto"` takes).
+fn cpus() -> u16 {
+    std::thread::available_parallelism()
+        .map(|n| u16::try_from(n.get()).unwrap_or(256).min(256))
+        .unwrap_or(1)
 }
 
 /// The pool's `encapsulation` for a lab mode.
@@ -125,4 +167,27 @@ pub(crate) fn encap_key(encap: &str) -> Result<&'static str> {
         "cross-subnet" => "ipip_cross_subnet",
         other => bail!("unknown encapsulation {other:?}: none | ipip | vxlan | cross-subnet"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vrouter_cores_are_auto_or_spread_over_the_cpus_node_by_node() {
+        assert_eq!(cores_of(1, 0, 2), "auto");
+        assert_eq!(
+            (1..=3).map(|n| cores_of(n, 1, 2)).collect::<Vec<_>>(),
+            ["0", "1", "0"]
+        );
+        assert_eq!(cores_of(2, 2, 4), "2,3");
+        assert_eq!(cores_of(3, 2, 4), "0,1");
+        let cfg = LabConfig::new(PathBuf::new());
+        assert_eq!(
+            (cfg.vrouter_workers, cfg.vrouter_cores(1)),
+            (0, "auto".into())
+        );
+        assert_eq!(cfg.workers(), cpus());
+        assert_eq!(cfg.pod_interface, InterfaceKind::Tap);
+    }
 }

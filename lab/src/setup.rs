@@ -135,9 +135,10 @@ pub(crate) fn nodes(cfg: &LabConfig) -> Result<()> {
         fs::write(
             &vrouter_toml,
             format!(
-                "uplink = \"eth0\"\ncores = \"auto\"\nadaptive_polling = true\n\
+                "uplink = \"eth0\"\ncores = \"{cores}\"\nadaptive_polling = true\n\
                  [api]\nsocket = \"{d}/vrouter.sock\"\n[metrics]\nlisten = \"127.0.0.1:9092\"\n\
                  [xdp]\nmode = \"native\"\nbind = \"copy\"\nbpffs = \"/sys/fs/bpf/{PREFIX}n{n}\"\n",
+                cores = cfg.vrouter_cores(n),
                 d = dir.display()
             ),
         )?;

@@ -424,11 +424,12 @@ fn lab(args: &[String]) -> Result<()> {
                 })
             }
             "--host-port" => cfg.host_port = true,
+            "--vrouter-workers" => cfg.vrouter_workers = value()?.parse()?,
             "--keep" => cfg.keep = true,
             "--no-build" => build = false,
             other => bail!(
                 "unknown lab option {other}: lab [--nodes N] [--pods P] \
-                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--density N] [--policy] [--pod-interface veth|tap] [--pod-bench SECS] [--host-port] [--keep] [--no-build] | lab down"
+                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--density N] [--policy] [--pod-interface tap|veth] [--vrouter-workers N] [--pod-bench SECS] [--host-port] [--keep] [--no-build] | lab down"
             ),
         }
     }
