@@ -633,6 +633,12 @@ impl ConnTable {
         (Outcome::New(v), mark)
     }
 
+    /// Whether the flow of `t` (either direction) is tracked and not
+    /// expired at `now`.
+    pub fn contains(&self, t: &Tuple, now: u64) -> bool {
+        self.map.get(&key_of(t).0).is_some_and(|e| e.expires > now)
+    }
+
     /// What allowed a tracked flow.
     pub fn decision(&self, t: &Tuple) -> Option<Decision> {
         self.map.get(&key_of(t).0).map(|e| e.decision)

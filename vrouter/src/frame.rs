@@ -303,6 +303,26 @@ impl FrameArena {
         &mut self.mem.bytes_mut()[base..base + self.frame_size as usize]
     }
 
+    /// Copies the frame `d` (any worker's chunk, not a super-packet slot)
+    /// into a chunk of this arena's free list, at the same offset; `None`
+    /// when none is free.
+    pub fn copy_frame(&mut self, d: FrameDesc) -> Option<FrameDesc> {
+        if self.is_super(d.addr) {
+            return None;
+        }
+        let chunk = self.alloc()?;
+        let off = d.addr - self.chunk_base(d.addr);
+        let to = chunk + off;
+        let from = d.addr as usize;
+        self.mem
+            .bytes_mut()
+            .copy_within(from..from + d.len as usize, to as usize);
+        Some(FrameDesc {
+            addr: to,
+            len: d.len,
+        })
+    }
+
     /// The whole region, for ports that hand it to the kernel.
     pub fn memory(&self) -> &dyn ArenaMemory {
         &*self.mem

@@ -46,7 +46,7 @@ use crate::counters::{Counters, DropReason};
 use crate::endpoint::{Endpoint, PortTable};
 use crate::fib::FibReader;
 use crate::frame::{FrameArena, FrameDesc, Port, PortId};
-use crate::pipeline::{BURST, Handed, Pipeline, PipelineConfig, TxBatches};
+use crate::pipeline::{Away, BURST, Handed, Pipeline, PipelineConfig, TxBatches};
 use crate::port::handoff::FrameHome;
 
 /// Packets and bytes one port received and transmitted (counted per burst,
@@ -74,6 +74,9 @@ pub struct HandoffStats {
     pub drops: u64,
     /// Chunks of this worker's range returned by other workers.
     pub returned: u64,
+    /// Frames this worker received from a pod whose flows another worker
+    /// keeps, handed to that worker unprocessed (in `out` too).
+    pub redirected: u64,
 }
 
 /// One poll-mode worker.
@@ -158,6 +161,20 @@ impl Worker {
         true
     }
 
+    /// Says which worker keeps the flows between the pod in slot `id` and
+    /// the uplink, for a pod port with a queue on every worker (a TAP pod):
+    /// `owner`, usually the worker of its first queue. On the other workers
+    /// the pod's packets towards the uplink are handed to it unprocessed,
+    /// and what the uplink brings for the pod is handed to it to check and
+    /// send, as for a veth pod's owner; so both directions of such a flow
+    /// meet one table whichever worker the uplink's RSS gives the replies.
+    /// `None`, or this worker: this worker keeps them.
+    pub fn set_flow_home(&mut self, id: PortId, owner: Option<usize>) {
+        let me = self.home.as_ref().map(FrameHome::worker);
+        let away = owner.filter(|&o| me.is_some_and(|me| me != o));
+        self.pipeline.flows_mut().set_flow_home(id, away);
+    }
+
     /// Shares pod MACs learned from frames between workers: a port's owner
     /// publishes what its pipeline learned, the others take it. Cheap
     /// (a pass over the slots); the daemon calls it when idle and now and
@@ -228,6 +245,7 @@ impl Worker {
         self.port_stats[i] = PortStats::default();
         self.remote[i] = false;
         self.pipeline.flows_mut().set_remote(id, false);
+        self.pipeline.flows_mut().set_flow_home(id, None);
         true
     }
 
@@ -426,8 +444,41 @@ impl Worker {
         for i in 0..self.handed.len() {
             self.flush_handed(i);
         }
-        self.handoff.r#in += handed as u64;
-        handed
+        // Frames another worker received from a pod whose flows this one
+        // keeps: through this pipeline, as if received here. Copied into a
+        // chunk of this worker (the pipeline frees into its own arena),
+        // the other's chunk going home at once.
+        let mut received = 0;
+        while received < BURST {
+            let Some(home) = &self.home else { break };
+            let Some((ingress, desc)) = home.next_received() else {
+                break;
+            };
+            received += 1;
+            let copy = self.arena.copy_frame(desc);
+            home.free(&mut self.arena, desc.addr);
+            let i = ingress as usize;
+            match copy {
+                Some(c) if i < self.ports.len() && !self.remote[i] => {
+                    let stats = &mut self.port_stats[i];
+                    stats.rx_packets += 1;
+                    stats.rx_bytes += u64::from(c.len);
+                    self.pipeline
+                        .process(&mut self.arena, ingress, &[c], &mut self.tx, now);
+                }
+                Some(c) => {
+                    // The port left this worker meanwhile.
+                    self.arena.free(c.addr);
+                    self.handoff.drops += 1;
+                }
+                None => self.handoff.drops += 1,
+            }
+        }
+        if received > 0 {
+            self.flush();
+        }
+        self.handoff.r#in += (handed + received) as u64;
+        handed + received
     }
 
     /// Transmits the frames handed in for slot `i`; refused ones go back
@@ -481,6 +532,57 @@ impl Worker {
                 counters.drop(DropReason::TxRingFull);
             }
             batch.clear();
+        }
+        if !self.tx.away_mut().is_empty() {
+            self.flush_away();
+        }
+    }
+
+    /// Hands the frames the pipeline gave other workers ([`Away`]) to
+    /// their mailboxes, waking each owner once. Counted as the pipeline's
+    /// TX to another worker's port is: a frame handed to be sent as
+    /// `tx_packets` (the owner counts its port's TX), one handed to be
+    /// received not at all (the owner counts it received); a full mailbox
+    /// (or no other worker) drops it as `tx_ring_full`.
+    #[cold]
+    fn flush_away(&mut self) {
+        let mut woken = 0u64;
+        for away in self.tx.away_mut().drain(..) {
+            let (owner, desc, receive) = match away {
+                Away::Send { owner, desc, .. } => (owner, desc, false),
+                Away::Receive { owner, desc, .. } => (owner, desc, true),
+            };
+            let sent = self.home.as_ref().is_some_and(|h| match away {
+                Away::Send { owner, port, desc } => h.hand_off(owner, port, desc),
+                Away::Receive {
+                    owner,
+                    ingress,
+                    desc,
+                } => h.hand_received(owner, ingress, desc),
+            });
+            let counters = self.pipeline.counters_mut();
+            if !sent {
+                self.arena.free(desc.addr);
+                if receive {
+                    counters.rx_packets += 1;
+                    counters.rx_bytes += u64::from(desc.len);
+                }
+                counters.drop(DropReason::TxRingFull);
+                continue;
+            }
+            self.handoff.out += 1;
+            if receive {
+                self.handoff.redirected += 1;
+            } else {
+                counters.tx_packets += 1;
+                counters.tx_bytes += u64::from(desc.len);
+            }
+            if owner >= 64 || woken & (1 << owner) == 0 {
+                woken |= 1u64.checked_shl(owner as u32).unwrap_or(0);
+                if let Some(h) = &self.home {
+                    h.wake(owner);
+                }
+            }
         }
     }
 }

@@ -388,3 +388,52 @@ fn ipv6_flows_meet_the_same_programs() {
     let c = finish(&node);
     assert_eq!(c.drops_for(DropReason::PolicyDenied), 2);
 }
+
+/// A TAP pod's flows with the uplink live on its flow home (another
+/// worker): here, on a worker that is not it, the pod's packet towards a
+/// remote pod and the uplink's packet for the pod are given away untracked
+/// (with no other worker to take them, each is a counted `tx_ring_full`),
+/// while its flows with a pod of this node stay. Without a flow home the
+/// same packets are checked and sent here (the test fails if they were
+/// given away regardless).
+#[test]
+fn a_tap_pods_uplink_flows_go_to_its_flow_home_and_its_local_flows_stay() {
+    let (mut node, _, _cell) = policed_node();
+    node.worker
+        .pipeline_mut()
+        .flows_mut()
+        .set_flow_home(ports::POD_A, Some(1));
+    let new_flows = |node: &Node| node.worker.pipeline().flows().stats().table.new;
+    // A -> B, pods of this node: checked and sent here.
+    let out = node.send(ports::POD_A, &udp(POD_A_MAC, GATEWAY_MAC, A, B5000, 64));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, ports::POD_B);
+    assert_eq!(new_flows(&node), 1);
+    // A -> a remote pod: not processed here (no flow, nothing sent).
+    let to_remote = udp(POD_A_MAC, GATEWAY_MAC, A, (REMOTE_POD_IPIP, 53), 64);
+    assert!(node.send(ports::POD_A, &to_remote).is_empty());
+    assert_eq!(new_flows(&node), 1);
+    // The remote pod's packet for A: routed, then given away unchecked.
+    let inner = udp([0; 6], [0; 6], (REMOTE_POD_IPIP, 53), A, 64);
+    let from_remote = ipip_frame(REMOTE_IPIP_MAC, UPLINK_MAC, REMOTE_IPIP, NODE, &inner[14..]);
+    assert!(node.send(ports::UPLINK, &from_remote).is_empty());
+    assert_eq!(new_flows(&node), 1);
+    let c = node.worker.counters();
+    assert_eq!(c.drops_for(DropReason::TxRingFull), 2, "{c:?}");
+    assert_eq!(c.drops_for(DropReason::PolicyDenied), 0, "{c:?}");
+    // This worker keeps them again: A's flow is tracked here and the
+    // reply finds it (A takes no new ingress).
+    node.worker
+        .pipeline_mut()
+        .flows_mut()
+        .set_flow_home(ports::POD_A, None);
+    let out = node.send(ports::POD_A, &to_remote);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, ports::UPLINK);
+    let out = node.send(ports::UPLINK, &from_remote);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, ports::POD_A);
+    assert_eq!(new_flows(&node), 2);
+    let c = finish(&node);
+    assert_eq!(c.drops_for(DropReason::TxRingFull), 2);
+}

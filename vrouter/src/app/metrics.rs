@@ -246,7 +246,7 @@ pub fn render(
 }
 
 /// Per-worker counter series: name and help, in [`worker_values`] order.
-const WORKER_SERIES: [(&str, &str); 27] = [
+const WORKER_SERIES: [(&str, &str); 28] = [
     ("worker_rx_packets", "Frames received by the worker"),
     ("worker_rx_bytes", "Bytes received by the worker"),
     ("worker_tx_packets", "Frames transmitted by the worker"),
@@ -313,9 +313,13 @@ const WORKER_SERIES: [(&str, &str); 27] = [
         "Super-packets made by userspace GRO into a TAP (one write each)",
     ),
     ("worker_gro_segments", "Frames those GRO super-packets held"),
+    (
+        "worker_handoff_redirected",
+        "Frames from a TAP pod's queue handed unprocessed to the worker keeping its uplink flows",
+    ),
 ];
 
-fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 27] {
+fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 28] {
     let c = &snapshot.counters;
     let h = &snapshot.handoff;
     [
@@ -346,5 +350,6 @@ fn worker_values(snapshot: &WorkerSnapshot) -> [u64; 27] {
         c.super_cut,
         c.gro_super,
         c.gro_segments,
+        h.redirected,
     ]
 }

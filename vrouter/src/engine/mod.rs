@@ -338,6 +338,10 @@ impl Dataplane {
         endpoint: &Endpoint,
     ) -> Result<Vec<usize>, EngineError> {
         let owners: Vec<usize> = parts.iter().map(|(w, _)| *w).collect();
+        // A pod port with a part on several workers (a TAP pod's queues):
+        // the worker of its first part keeps its flows with the uplink.
+        let flow_home = (endpoint.kind == crate::endpoint::PortKind::Pod && owners.len() > 1)
+            .then(|| owners[0]);
         let placed = self.homes.place_port(parts, name, link.mac, link.mtu, id);
         for (w, (port, remote)) in placed.into_iter().enumerate() {
             self.send(
@@ -349,6 +353,15 @@ impl Dataplane {
                     remote,
                 },
             )?;
+            if flow_home.is_some() {
+                self.send(
+                    w,
+                    WorkerCmd::FlowHome {
+                        id,
+                        owner: flow_home,
+                    },
+                )?;
+            }
         }
         Ok(owners)
     }

@@ -69,6 +69,14 @@ pub enum WorkerCmd {
         /// The port belongs to another worker (`port` is its stand-in).
         remote: bool,
     },
+    /// The worker that keeps the uplink flows of the pod in slot `id`, a
+    /// pod port with a queue on every worker ([`Worker::set_flow_home`]).
+    FlowHome {
+        /// The slot.
+        id: PortId,
+        /// The worker.
+        owner: Option<usize>,
+    },
     /// Close the port in slot `id`.
     DetachPort {
         /// The slot.
@@ -310,6 +318,7 @@ fn apply(worker: &mut Worker, cmd: WorkerCmd, stats: &Stats) {
                 tracing::error!(port = id, "port slot out of range");
             }
         }
+        WorkerCmd::FlowHome { id, owner } => worker.set_flow_home(id, owner),
         WorkerCmd::DetachPort { id } => {
             worker.detach_port(id);
         }

@@ -304,7 +304,7 @@ impl Pipeline {
         } else {
             match self.police(buf, kind, nh, m.l3, m.l3 + m.len, false, cx) {
                 Ok(f) => f,
-                Err(reason) => return Verdict::Drop(reason),
+                Err(v) => return v,
             }
         };
         let nh = reply_route(kind, nh, flow);

@@ -162,7 +162,7 @@ impl Pipeline {
         } else {
             match self.police(buf, kind, nh, m.l3, m.l3 + m.len, true, cx) {
                 Ok(f) => f,
-                Err(reason) => return Verdict::Drop(reason),
+                Err(v) => return v,
             }
         };
         let nh = super::forward::reply_route(kind, nh, flow);

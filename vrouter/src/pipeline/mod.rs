@@ -186,6 +186,34 @@ impl TokenBucket {
 /// frames out per frame (the frame, and an ARP request).
 pub struct TxBatches {
     per_port: Vec<Vec<FrameDesc>>,
+    /// Frames for another worker ([`Away`]), preallocated too.
+    away: Vec<Away>,
+}
+
+/// A frame the pipeline gives another worker, because that worker keeps
+/// the flows of the pod port it concerns ([`crate::policy::Flows::set_flow_home`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Away {
+    /// Routed and rewritten for `port`: the owner checks it against the
+    /// pod's flow table ([`Pipeline::police_handed`]) and sends it there.
+    Send {
+        /// The worker.
+        owner: usize,
+        /// The pod port.
+        port: PortId,
+        /// The frame.
+        desc: FrameDesc,
+    },
+    /// Received on `ingress` and not processed: the owner runs it through
+    /// its own pipeline as if its queue of `ingress` had received it.
+    Receive {
+        /// The worker.
+        owner: usize,
+        /// The pod port it came in by.
+        ingress: PortId,
+        /// The frame, as received.
+        desc: FrameDesc,
+    },
 }
 
 impl TxBatches {
@@ -193,7 +221,24 @@ impl TxBatches {
     pub fn new(ports: usize) -> Self {
         TxBatches {
             per_port: (0..ports).map(|_| Vec::with_capacity(2 * BURST)).collect(),
+            away: Vec::with_capacity(2 * BURST),
         }
+    }
+
+    /// Queues a frame for another worker; `false` if the list is full.
+    #[inline]
+    fn push_away(&mut self, away: Away) -> bool {
+        if self.away.len() < self.away.capacity() {
+            self.away.push(away);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The frames for other workers, for the worker to hand over and clear.
+    pub fn away_mut(&mut self) -> &mut Vec<Away> {
+        &mut self.away
     }
 
     /// Makes room for one more port.
@@ -225,6 +270,14 @@ impl TxBatches {
     }
 }
 
+/// Which kind of port a batch came in by (for the host port's and the
+/// uplink's hand-off rules).
+#[derive(Clone, Copy, Debug)]
+struct From {
+    host: bool,
+    uplink: bool,
+}
+
 /// What every frame of one batch shares: one FIB version, the time, and
 /// the port it came in by.
 struct Cx {
@@ -246,6 +299,9 @@ enum Verdict {
     Drop(DropReason),
     /// Free the frame; it was taken (learned ARP).
     Consumed,
+    /// The frame, as received, belongs to worker `owner`, which keeps the
+    /// flows of the pod it came from ([`Away::Receive`]).
+    ToOwner { owner: usize },
     /// Like `Tx`, but the next hop's MAC is unknown: hold the frame until
     /// `next_hop` resolves, and maybe ask for it with an ARP request.
     Hold {
@@ -481,9 +537,25 @@ impl Pipeline {
         end: usize,
         v6: bool,
         cx: &Cx,
-    ) -> Result<Flow, DropReason> {
+    ) -> Result<Flow, Verdict> {
         if !self.flows.tracking() {
             return Ok(Flow::default());
+        }
+        let ip = buf
+            .get(l3..end)
+            .ok_or(Verdict::Drop(DropReason::ParseError))?;
+        // A pod whose flows with the uplink another worker keeps (a TAP
+        // pod's queue on this worker): a packet towards the uplink goes
+        // there unprocessed, so its replies, which the uplink's RSS may
+        // give any worker, and it meet one table. A flow this worker
+        // already tracks (one that entered from the host port) stays.
+        if kind == PortKind::Pod
+            && let Some(owner) = self.flows.flow_home(cx.ingress)
+            && self.via_uplink(nh)
+            && self.super_segment == 0
+            && !self.flows.tracks(ip, v6)
+        {
+            return Err(Verdict::ToOwner { owner });
         }
         let is_pod = |port: PortId| {
             self.ports
@@ -494,7 +566,6 @@ impl Pipeline {
             Some(NextHop::Local { port }) if is_pod(port) => Some(port),
             _ => None,
         };
-        let ip = buf.get(l3..end).ok_or(DropReason::ParseError)?;
         let src = match kind {
             PortKind::Pod => Some(cx.ingress),
             // What the kernel hands back from a local pod (after
@@ -510,8 +581,23 @@ impl Pipeline {
                 .and_then(|a| pod_of(cx.fib.lookup_v4(a.into()))),
             PortKind::Uplink => None,
         };
-        let dst = pod_of(Some(nh));
-        self.flows.check(ip, v6, src, dst, kind == PortKind::Host)
+        // From the uplink to a pod whose flows another worker keeps: that
+        // worker checks it when it takes the hand-off (see `one`).
+        let dst = pod_of(Some(nh))
+            .filter(|&p| kind != PortKind::Uplink || self.flows.flow_home(p).is_none());
+        self.flows
+            .check(ip, v6, src, dst, kind == PortKind::Host)
+            .map_err(Verdict::Drop)
+    }
+
+    /// Whether `nh` leaves by the uplink.
+    #[inline]
+    fn via_uplink(&self, nh: NextHop) -> bool {
+        match nh {
+            NextHop::Encap { .. } => true,
+            NextHop::Gateway { port, .. } => self.ports.uplink() == Some(port),
+            _ => false,
+        }
     }
 
     /// The counters so far.
@@ -592,15 +678,16 @@ impl Pipeline {
         };
         self.flows.begin_batch(now, self.ports.host().is_some());
         self.poll_held(arena, tx, now);
-        let from_host = self
-            .ports
-            .get(ingress)
-            .is_some_and(|e| e.kind == PortKind::Host);
+        let kind = self.ports.get(ingress).map(|e| e.kind);
+        let from = From {
+            host: kind == Some(PortKind::Host),
+            uplink: kind == Some(PortKind::Uplink),
+        };
         for &desc in rx {
             if arena.is_super(desc.addr) {
-                self.super_packet(arena, ingress, from_host, desc, tx, &cx);
+                self.super_packet(arena, ingress, from, desc, tx, &cx);
             } else {
-                self.one(arena, ingress, from_host, desc, tx, &cx);
+                self.one(arena, ingress, from, desc, tx, &cx);
             }
         }
     }
@@ -611,7 +698,7 @@ impl Pipeline {
         &mut self,
         arena: &mut FrameArena,
         ingress: PortId,
-        from_host: bool,
+        from: From,
         desc: FrameDesc,
         tx: &mut TxBatches,
         cx: &Cx,
@@ -626,10 +713,36 @@ impl Pipeline {
                     addr: base + start as u64,
                     len: len as u32,
                 };
-                if from_host && self.flows.is_remote(port) {
+                if from.host && self.flows.is_remote(port) {
                     self.mark_handed_from_host(arena, port, out);
                 }
-                if !tx.push(port, out) {
+                let queued = match self.flows.flow_home(port) {
+                    // From the uplink to a pod whose flows another worker
+                    // keeps: handed to it like a frame for its own port.
+                    Some(owner) if from.uplink && self.flows.tracking() => {
+                        tx.push_away(Away::Send {
+                            owner,
+                            port,
+                            desc: out,
+                        })
+                    }
+                    _ => tx.push(port, out),
+                };
+                if !queued {
+                    arena.free(base);
+                    self.counters.drop(DropReason::TxRingFull);
+                }
+            }
+            Verdict::ToOwner { owner } => {
+                // Counted by the owner, which receives it.
+                self.counters.rx_packets -= 1;
+                self.counters.rx_bytes -= u64::from(desc.len);
+                let away = Away::Receive {
+                    owner,
+                    ingress,
+                    desc,
+                };
+                if !tx.push_away(away) {
                     arena.free(base);
                     self.counters.drop(DropReason::TxRingFull);
                 }

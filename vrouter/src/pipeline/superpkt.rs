@@ -34,7 +34,7 @@ impl Pipeline {
         &mut self,
         arena: &mut FrameArena,
         ingress: PortId,
-        from_host: bool,
+        from: super::From,
         desc: FrameDesc,
         tx: &mut TxBatches,
         cx: &Cx,
@@ -57,7 +57,7 @@ impl Pipeline {
         if let Some(segment) = whole {
             self.counters.super_whole += 1;
             self.super_segment = segment;
-            self.one(arena, ingress, from_host, desc, tx, cx);
+            self.one(arena, ingress, from, desc, tx, cx);
             self.super_segment = 0;
             return;
         }
@@ -85,7 +85,7 @@ impl Pipeline {
                 addr: chunk + u64::from(RX_HEADROOM),
                 len: n as u32,
             };
-            self.one(arena, ingress, from_host, seg, tx, cx);
+            self.one(arena, ingress, from, seg, tx, cx);
         }
         arena.free(desc.addr);
     }

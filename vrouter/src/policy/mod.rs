@@ -22,7 +22,9 @@
 //! checked by that worker when it takes the hand-off
 //! ([`Flows::check_handed`]), against the pod's ingress program. A flow
 //! between two pods of different workers thus has one entry in each
-//! worker's table, each with its own pod's program.
+//! worker's table, each with its own pod's program. A TAP pod has a queue
+//! on every worker: its flows with the uplink live on its flow home
+//! ([`Flows::set_flow_home`]), the others where its tun steers them.
 //!
 //! Decisions: a new flow is classified (egress of the source pod, then
 //! ingress of the destination pod: both must allow); allowed flows are
@@ -421,6 +423,10 @@ pub struct Flows {
     capacity: usize,
     /// Port slots owned by another worker (their pods are checked there).
     remote: Vec<bool>,
+    /// Per port slot: the worker that keeps the flows of a pod whose port
+    /// is on every worker (a TAP pod's queues) when that is another one;
+    /// `u16::MAX`: this worker (or not such a port).
+    homes: Vec<u16>,
     /// Track flows even without policy (a host port is configured).
     host_port: bool,
     epoch: Instant,
@@ -448,6 +454,7 @@ impl Flows {
             table: None,
             capacity: DEFAULT_FLOWS_PER_WORKER,
             remote: Vec::new(),
+            homes: Vec::new(),
             host_port: false,
             epoch: Instant::now(),
             now_ns: 0,
@@ -498,6 +505,29 @@ impl Flows {
             self.remote.resize(i + 1, false);
         }
         self.remote[i] = remote;
+    }
+
+    /// Says that the flows of the pod in slot `port` between it and the
+    /// uplink are kept by worker `home` (`None`: by this worker). For a
+    /// pod whose port is on every worker (a TAP pod: one queue each), so
+    /// that both directions of such a flow meet one table: the uplink's
+    /// RSS picks the worker of the replies, not the pod's queue.
+    pub fn set_flow_home(&mut self, port: PortId, home: Option<usize>) {
+        let i = usize::from(port);
+        if self.homes.len() <= i {
+            self.homes.resize(i + 1, u16::MAX);
+        }
+        self.homes[i] = home.and_then(|h| u16::try_from(h).ok()).unwrap_or(u16::MAX);
+    }
+
+    /// The worker that keeps the uplink flows of the pod in slot `port`,
+    /// when it is another one ([`Flows::set_flow_home`]).
+    #[inline]
+    pub fn flow_home(&self, port: PortId) -> Option<usize> {
+        match self.homes.get(usize::from(port)) {
+            Some(&h) if h != u16::MAX => Some(usize::from(h)),
+            _ => None,
+        }
     }
 
     /// The counters.
@@ -573,6 +603,27 @@ impl Flows {
             return Ok(Flow::default());
         }
         self.track(ip, v6, src_pod, dst_pod, from_host)
+    }
+
+    /// Whether this worker's table tracks the flow of the IP packet `ip`
+    /// (no change to the entry).
+    pub fn tracks(&self, ip: &[u8], v6: bool) -> bool {
+        let Some(table) = &self.table else {
+            return false;
+        };
+        let seen = if v6 {
+            parse::seen_v6(ip)
+        } else {
+            parse::seen_v4(ip)
+        };
+        seen.is_some_and(|s| {
+            let t = match &s.quoted {
+                // An ICMP error belongs to the flow it quotes.
+                Some(q) => q,
+                None => &s.tuple,
+            };
+            table.contains(t, self.now_ns)
+        })
     }
 
     /// The hook for a frame another worker handed over for this worker's

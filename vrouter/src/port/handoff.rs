@@ -32,6 +32,10 @@ pub const SHARED_MAC_SLOTS: usize = 4096;
 pub struct Mailbox {
     /// Frames to transmit on one of this worker's ports.
     tx: ArrayQueue<(PortId, FrameDesc)>,
+    /// Frames another worker received on its queue of one of this
+    /// worker's pod ports, for this worker's pipeline (the pod's flows
+    /// live here).
+    rx: ArrayQueue<(PortId, FrameDesc)>,
     /// Chunks of this worker's range that another worker finished with.
     returns: ArrayQueue<u64>,
     /// Set while the worker blocks in poll(2) (interrupt polling).
@@ -47,6 +51,7 @@ impl Mailbox {
         wake_rx.set_nonblocking(true)?;
         Ok(Mailbox {
             tx: ArrayQueue::new(capacity.max(1)),
+            rx: ArrayQueue::new(capacity.max(1)),
             returns: ArrayQueue::new(capacity.max(1)),
             sleeping: AtomicBool::new(false),
             wake_rx,
@@ -254,6 +259,23 @@ impl FrameHome {
             .is_some_and(|m| m.tx.push((port, desc)).is_ok())
     }
 
+    /// Hands `desc`, received on this worker's queue of pod port
+    /// `ingress`, to worker `owner` for its pipeline; `false` if its
+    /// mailbox is full.
+    #[inline]
+    pub fn hand_received(&self, owner: usize, ingress: PortId, desc: FrameDesc) -> bool {
+        self.homes
+            .mailboxes
+            .get(owner)
+            .is_some_and(|m| m.rx.push((ingress, desc)).is_ok())
+    }
+
+    /// The next frame another worker received for this worker's pipeline.
+    #[inline]
+    pub fn next_received(&self) -> Option<(PortId, FrameDesc)> {
+        self.homes.mailboxes[self.me].rx.pop()
+    }
+
     /// Wakes worker `owner` if it sleeps in poll(2).
     pub fn wake(&self, owner: usize) {
         if let Some(m) = self.homes.mailboxes.get(owner) {
@@ -270,7 +292,7 @@ impl FrameHome {
     /// Whether frames or returns wait in this worker's mailbox.
     pub fn has_mail(&self) -> bool {
         let m = &self.homes.mailboxes[self.me];
-        !m.tx.is_empty() || !m.returns.is_empty()
+        !m.tx.is_empty() || !m.rx.is_empty() || !m.returns.is_empty()
     }
 
     /// Marks this worker as blocking in poll(2) (or not any more).

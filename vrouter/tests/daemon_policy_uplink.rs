@@ -1,0 +1,387 @@
+//! Network policy on a TAP pod's flows with a peer behind the uplink,
+//! with two workers (issue 15): both directions of a flow must meet one
+//! flow table although the pod's queue and the uplink's RSS pick workers
+//! on their own.
+//!
+//! A served node with a TAP pod (one queue per worker) and an uplink veth
+//! with two queues (queue `q` on worker `q`, workers pinned to CPUs 0 and
+//! 1); the peer is Calico's kernel VXLAN path with a "remote pod" address.
+//! The peer's XPS is crossed: what its CPU 0 sends leaves on queue 1 and
+//! what CPU 1 sends on queue 0. The peer's kernel answers a SYN on the CPU
+//! that delivered it, which is the CPU of the worker that sent it, so every
+//! SYN/ACK comes back to the OTHER worker's uplink queue. The pod has a
+//! policy (ingress: TCP 8080 from the remote pods only; egress: to them),
+//! so its flows are tracked and a reply that meets no entry is dropped
+//! (`conntrack_invalid` for a SYN/ACK, the ingress program for an echo
+//! reply). Without a worker that keeps the TAP pod's uplink flows
+//! (`Worker::set_flow_home`) the pod's connections never complete.
+//!
+//! Root only: `cargo test -p brindle-vrouter --test daemon_policy_uplink -- --include-ignored`.
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use brindle_api::framing::{Client, PROTOCOL_VERSION};
+use brindle_api::vrouter::{
+    Changed, Encap, Hello, Neighbor, NodeConfig, PolicyEndpoint, PortDevice, PortKind, PortSpec,
+    Route, RouteTarget, Stats, VrouterRequest, VxlanConfig,
+};
+use brindle_policy::compile::{Change, Compiler, EndpointInfo};
+use brindle_policy::resource::parse_documents;
+use common::{Netns, Vrouter, in_netns, tap_pod, unique};
+
+const POLICY: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: demo}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: t, namespace: demo, labels: {app: t}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: t-remote, namespace: demo}
+spec:
+  podSelector: {matchLabels: {app: t}}
+  policyTypes: [Ingress, Egress]
+  ingress:
+  - from: [{ipBlock: {cidr: 10.66.9.0/24}}]
+    ports: [{protocol: TCP, port: 8080}]
+  egress:
+  - to: [{ipBlock: {cidr: 10.66.9.0/24}}]
+"#;
+
+const METRICS: &str = "127.0.0.1:9095";
+
+/// A TCP exchange to `addr` ("ping" one way, "pong" back): `Ok(true)` if
+/// it completed, `Ok(false)` if the client could not connect within 2 s.
+fn tcp_ok(server: &Netns, client: &Netns, addr: SocketAddr) -> Result<bool> {
+    let srv = in_netns(server, move || -> Result<bool> {
+        let l = TcpListener::bind(addr)?;
+        l.set_nonblocking(true)?;
+        let deadline = Instant::now() + Duration::from_secs(4);
+        loop {
+            match l.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false)?;
+                    s.set_read_timeout(Some(Duration::from_secs(3)))?;
+                    let mut buf = [0u8; 4];
+                    s.read_exact(&mut buf)?;
+                    s.write_all(b"pong")?;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    });
+    // Give the listener a moment to bind (a guard, not a timing assertion:
+    // a missed bind shows as a refused connection, which fails the test).
+    std::thread::sleep(Duration::from_millis(200));
+    let cli = in_netns(client, move || -> Result<bool> {
+        let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+            return Ok(false);
+        };
+        s.set_read_timeout(Some(Duration::from_secs(3)))?;
+        s.write_all(b"ping")?;
+        let mut buf = [0u8; 4];
+        s.read_exact(&mut buf)?;
+        anyhow::ensure!(&buf == b"pong", "client got {buf:?}");
+        Ok(true)
+    });
+    let connected = cli
+        .join()
+        .map_err(|_| anyhow::anyhow!("client panicked"))??;
+    let served = srv
+        .join()
+        .map_err(|_| anyhow::anyhow!("server panicked"))??;
+    anyhow::ensure!(
+        connected == served,
+        "client {connected}, server {served}: a half-open exchange"
+    );
+    Ok(connected)
+}
+
+fn drops(c: &mut Client, reason: &str) -> Result<u64> {
+    let stats: Stats = c.call(&VrouterRequest::GetStats)?;
+    Ok(stats
+        .workers
+        .iter()
+        .map(|w| w.drops.get(reason).copied().unwrap_or(0))
+        .sum())
+}
+
+/// The vrouter's metrics text, read in `node`.
+fn metrics(node: &Netns) -> Result<String> {
+    in_netns(node, || -> Result<String> {
+        let mut s = TcpStream::connect(METRICS)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        Ok(text)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("metrics thread panicked"))?
+}
+
+/// The sum of a metric series (`series` with its `{`) over the lines
+/// that contain `with`.
+fn sum(metrics: &str, series: &str, with: &str) -> u64 {
+    let prefix = format!("brindle_vrouter_{series}");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&prefix) && l.contains(with))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn a_tap_pods_flows_with_the_uplink_meet_one_table_when_replies_reach_the_other_worker()
+-> Result<()> {
+    anyhow::ensure!(
+        std::thread::available_parallelism()?.get() >= 2,
+        "needs two CPUs (two workers)"
+    );
+    let (node, peer) = (Netns::new("tn")?, Netns::new("tk")?);
+    let (u1, u2) = (unique("u"), unique("u"));
+    node.ip(&[
+        "link",
+        "add",
+        &u1,
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "2",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &u2,
+        "netns",
+        &peer.name,
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "2",
+    ])?;
+    node.ip(&["addr", "add", "192.168.78.1/24", "dev", &u1])?;
+    peer.ip(&["addr", "add", "192.168.78.2/24", "dev", &u2])?;
+    node.ip(&["link", "set", &u1, "up"])?;
+    peer.ip(&["link", "set", &u2, "up"])?;
+    // Crossed XPS: CPU 0 transmits on queue 1 (worker 1's), CPU 1 on
+    // queue 0 (worker 0's).
+    for (q, mask) in [(0, "2"), (1, "1")] {
+        peer.exec(&[
+            "sh",
+            "-c",
+            &format!("echo {mask} > /sys/class/net/{u2}/queues/tx-{q}/xps_cpus"),
+        ])?;
+    }
+    // The peer: the kernel's VXLAN (VNI 4096, port 4789) with the VTEP
+    // MACs Brindle derives from the node addresses.
+    peer.ip(&[
+        "link",
+        "add",
+        "vxc",
+        "address",
+        "02:b1:c0:a8:4e:02",
+        "type",
+        "vxlan",
+        "id",
+        "4096",
+        "dstport",
+        "4789",
+        "local",
+        "192.168.78.2",
+        "dev",
+        &u2,
+        "nolearning",
+    ])?;
+    peer.ip(&["addr", "add", "10.66.9.1/32", "dev", "vxc"])?;
+    peer.ip(&["link", "set", "vxc", "up"])?;
+    peer.exec(&["ethtool", "-K", "vxc", "tx", "off"])?;
+    peer.ip(&[
+        "neigh",
+        "add",
+        "10.66.6.0",
+        "lladdr",
+        "02:b1:c0:a8:4e:01",
+        "dev",
+        "vxc",
+    ])?;
+    peer.exec(&[
+        "bridge",
+        "fdb",
+        "add",
+        "02:b1:c0:a8:4e:01",
+        "dev",
+        "vxc",
+        "dst",
+        "192.168.78.1",
+    ])?;
+    peer.ip(&[
+        "route",
+        "add",
+        "10.66.6.0/24",
+        "via",
+        "10.66.6.0",
+        "dev",
+        "vxc",
+        "onlink",
+        "src",
+        "10.66.9.1",
+    ])?;
+    let pod = tap_pod("10.66.6.2", "02:b4:00:00:06:02")?;
+    pod.ip(&["link", "set", "eth0", "mtu", "1450"])?;
+    let pp = unique("tp");
+
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("vrouter.sock");
+    let args = [
+        "serve",
+        "--socket",
+        socket.to_str().context("path")?,
+        "--metrics",
+        METRICS,
+    ];
+    let vrouter = Vrouter::start(&node, &args)?;
+    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
+    let _: Hello = c.call(&VrouterRequest::Hello {
+        version: PROTOCOL_VERSION,
+    })?;
+    let _: Changed = c.call(&VrouterRequest::SetNode {
+        node: NodeConfig {
+            address_v4: Some("192.168.78.1".parse()?),
+            address_v6: None,
+            underlay_subnet: Some("192.168.78.0/24".parse()?),
+            underlay_gateway: None,
+            vxlan: VxlanConfig::default(),
+            tunnel_peers: vec!["192.168.78.2".parse()?],
+        },
+    })?;
+    let uplink = PortSpec {
+        name: u1.clone(),
+        kind: PortKind::Uplink,
+        addresses: vec![],
+        peer_mac: None,
+        endpoint: None,
+        device: Default::default(),
+        workload: None,
+    };
+    let tap = PortSpec {
+        name: pp.clone(),
+        kind: PortKind::Pod,
+        addresses: vec!["10.66.6.2".parse()?],
+        peer_mac: None,
+        endpoint: None,
+        device: PortDevice::Tap {
+            netns: Some(pod.path()),
+            ifname: "eth0".into(),
+            queues: 1,
+        },
+        workload: Some(PolicyEndpoint::new("demo", "t")),
+    };
+    let _: Changed = c.call(&VrouterRequest::AddPorts {
+        ports: vec![uplink, tap],
+    })?;
+    let _: Changed = c.call(&VrouterRequest::AddRoutes {
+        routes: vec![
+            Route {
+                prefix: "10.66.6.2/32".parse()?,
+                target: RouteTarget::Local { port: pp.clone() },
+            },
+            Route {
+                prefix: "10.66.9.0/24".parse()?,
+                target: RouteTarget::Encap {
+                    encap: Encap::Vxlan,
+                    remote: "192.168.78.2".parse()?,
+                },
+            },
+        ],
+    })?;
+    let _ = node.exec(&["ping", "-c", "1", "-W", "1", "192.168.78.2"]);
+    let out = peer.ip(&["link", "show", &u2])?;
+    let mac = out
+        .split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .context("peer MAC")?
+        .to_owned();
+    let _: Changed = c.call(&VrouterRequest::SetNeighbors {
+        neighbors: vec![Neighbor {
+            port: u1.clone(),
+            ip: "192.168.78.2".parse()?,
+            mac: mac.parse().map_err(anyhow::Error::msg)?,
+        }],
+    })?;
+
+    let mut compiler = Compiler::new();
+    let mut changes: Vec<Change> = parse_documents(POLICY)?
+        .into_iter()
+        .map(Change::Apply)
+        .collect();
+    changes.push(Change::Endpoint(
+        PolicyEndpoint::new("demo", "t"),
+        Some(EndpointInfo {
+            addrs: vec!["10.66.6.2".parse()?],
+            local: true,
+        }),
+    ));
+    let applied: Changed = c.call(&VrouterRequest::ApplyPolicy {
+        update: compiler.apply(changes),
+    })?;
+    assert_eq!(applied.changed, 1);
+
+    // The pod's own connections: the SYN leaves from the worker of the
+    // pod's queue (or the one it was handed to), the SYN/ACK comes back to
+    // the other worker's uplink queue.
+    let remote: SocketAddr = "10.66.9.1:8081".parse()?;
+    for i in 0..4 {
+        assert!(
+            tcp_ok(&peer, &pod, remote)?,
+            "pod -> remote:8081, connection {i}"
+        );
+    }
+    let out = pod.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.66.9.1"])?;
+    assert!(out.contains("3 received"), "{out}");
+    // Into the pod: 8080 allowed from the remote pods, 8081 denied.
+    assert!(
+        tcp_ok(&pod, &peer, "10.66.6.2:8080".parse()?)?,
+        "remote -> pod:8080"
+    );
+    assert!(
+        !tcp_ok(&pod, &peer, "10.66.6.2:8081".parse()?)?,
+        "remote -> pod:8081 is denied"
+    );
+    assert_eq!(drops(&mut c, "conntrack_invalid")?, 0);
+    assert!(drops(&mut c, "policy_denied")? >= 1);
+
+    let m = metrics(&node)?;
+    // Replies crossed workers: what the uplink brought to the other worker
+    // was handed to the one that keeps the pod's flows.
+    let handed = sum(&m, "worker_handoff_out_total{", "");
+    assert!(handed > 0, "no hand-off\n{m}");
+    let keepers = m
+        .lines()
+        .filter(|l| l.starts_with("brindle_vrouter_worker_flows_new_total{"))
+        .filter(|l| l.rsplit(' ').next().is_some_and(|v| v != "0"))
+        .count();
+    assert_eq!(keepers, 1, "the pod's flows live on one worker\n{m}");
+    eprintln!(
+        "handoff_out {handed} redirected {}",
+        sum(&m, "worker_handoff_redirected_total{", "")
+    );
+    drop(c);
+    vrouter.stop()?;
+    Ok(())
+}
