@@ -330,6 +330,11 @@ impl PolicyState {
         self.endpoints.get(key)
     }
 
+    /// Every endpoint with a program, in no order.
+    pub fn programs(&self) -> impl Iterator<Item = (&EndpointKey, &EndpointPolicy)> {
+        self.endpoints.iter()
+    }
+
     /// Number of endpoints with a program.
     pub fn endpoints(&self) -> usize {
         self.endpoints.len()

@@ -337,6 +337,9 @@ fn apply(worker: &mut Worker, cmd: WorkerCmd, stats: &Stats) {
         WorkerCmd::Config(cfg) => worker.pipeline_mut().set_config(cfg),
         WorkerCmd::TunnelPeers(peers) => worker.pipeline_mut().set_tunnel_peers(peers),
         WorkerCmd::Snapshot(reply) => {
+            // An idle worker takes the policy in force too: its rule
+            // counters are named against it (rows of deleted policies go).
+            worker.pipeline_mut().flows_mut().refresh_view();
             let _ = reply.send(snapshot(worker, stats));
         }
     }

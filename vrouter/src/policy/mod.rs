@@ -475,8 +475,23 @@ impl Flows {
     /// Uses `view` directly (tests, benchmarks; a reader's next refresh
     /// replaces it).
     pub fn set_view(&mut self, view: Arc<PolicyView>) {
-        self.rules.fold(&self.view);
+        self.rules.fold(&self.view, &view);
         self.view = view;
+    }
+
+    /// Takes the newest published view, if any (what every batch does
+    /// first; the worker also calls it before a snapshot, so an idle
+    /// worker's counters are named against the policy in force).
+    #[inline]
+    pub fn refresh_view(&mut self) {
+        if let Some(r) = &mut self.reader {
+            r.refresh();
+            if !Arc::ptr_eq(&r.view, &self.view) {
+                // Positions counted so far are named by the view left.
+                self.rules.fold(&self.view, &r.view);
+                self.view = r.view.clone();
+            }
+        }
     }
 
     /// The per-rule counters (see `rules`), by name.
@@ -547,14 +562,7 @@ impl Flows {
     pub fn begin_batch(&mut self, now: Instant, host_port: bool) {
         self.host_port = host_port;
         self.last = None;
-        if let Some(r) = &mut self.reader {
-            r.refresh();
-            if !Arc::ptr_eq(&r.view, &self.view) {
-                // Positions counted so far are named by the view left.
-                self.rules.fold(&self.view);
-                self.view = r.view.clone();
-            }
-        }
+        self.refresh_view();
         self.now_ns = now.saturating_duration_since(self.epoch).as_nanos() as u64;
         if self.now_ns.saturating_sub(self.last_sweep) >= 1_000_000_000 {
             self.last_sweep = self.now_ns;

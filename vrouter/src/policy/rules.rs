@@ -19,8 +19,16 @@
 //! turned into names against the view they were counted under, when the
 //! worker takes a new view and when the control thread asks
 //! ([`RuleCounters::snapshot`]), which sums the workers.
+//!
+//! A policy's rows go with it: when a worker takes a view in which no
+//! endpoint's program names a policy any more (deleted, or selecting no
+//! local pod), its rows are dropped, and a tier's `end-of-tier` rows when
+//! no program has that tier; `no-policy` and `profile` rows stay (a
+//! handful). So a long-running vrouter keeps rows for what is in force,
+//! not for every policy it ever enforced, as Felix's per-rule counters go
+//! with the policy's chains.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use brindle_policy::classify::Decision;
 use brindle_policy::program::Direction;
@@ -88,11 +96,38 @@ impl RuleCounters {
         });
     }
 
-    /// Names the positions counted under `view` (the view being left).
-    pub(super) fn fold(&mut self, view: &PolicyView) {
+    /// Names the positions counted under `left` (the view being left),
+    /// then drops the rows of policies and tiers `next` (the view taken)
+    /// no longer has.
+    pub(super) fn fold(&mut self, left: &PolicyView, next: &PolicyView) {
         for (hit, c) in self.pending.drain() {
-            self.named.entry(view.rule_key(&hit)).or_default().add(c);
+            self.named.entry(left.rule_key(&hit)).or_default().add(c);
         }
+        if self.named.is_empty() {
+            return;
+        }
+        let mut policies: HashSet<(&str, &str)> = HashSet::new();
+        let mut tiers: HashSet<&str> = HashSet::new();
+        for (_, ep) in next.state.programs() {
+            let p = &ep.program;
+            policies.extend(
+                p.policies
+                    .iter()
+                    .map(|n| (n.tier.as_str(), n.name.as_str())),
+            );
+            for chain in [&p.ingress, &p.egress] {
+                tiers.extend(chain.tiers.iter().map(|t| t.tier.as_str()));
+            }
+        }
+        self.named.retain(|k, _| {
+            if !k.policy.is_empty() {
+                policies.contains(&(k.tier.as_str(), k.policy.as_str()))
+            } else if k.rule == "end-of-tier" {
+                tiers.contains(k.tier.as_str())
+            } else {
+                true
+            }
+        });
     }
 
     /// Everything counted, by name (positions named against `view`, the

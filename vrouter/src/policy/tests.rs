@@ -253,7 +253,101 @@ fn denied_packets_and_allowed_flows_are_counted_per_policy_and_rule() {
             ),
         ]
     );
-    // A new view keeps what was counted, by name.
-    f.set_view(std::sync::Arc::new(PolicyView::new()));
+    // A new view with the policy still in force keeps what was counted,
+    // by name.
+    let kept = f.view().with_update(&Update {
+        generation: 2,
+        ..Update::default()
+    });
+    f.set_view(std::sync::Arc::new(kept.expect("applies")));
     assert_eq!(f.rule_counts().len(), 2);
+    // The policy deleted (no program names it or its tier): its rows go,
+    // so counters do not grow with every policy ever enforced.
+    let deleted = f.view().with_update(&Update {
+        generation: 3,
+        programs: vec![ProgramUpdate {
+            endpoint: EndpointKey::new("demo", "b"),
+            program: None,
+        }],
+        ..Update::default()
+    });
+    f.set_view(std::sync::Arc::new(deleted.expect("applies")));
+    assert_eq!(f.rule_counts(), vec![]);
+}
+
+#[test]
+fn rows_of_a_deleted_policy_go_and_those_of_the_policies_in_force_stay() {
+    use super::{Counts, Flows, PolicyView, RuleKey};
+    use brindle_policy::compile::{Change, Compiler, EndpointInfo};
+    use brindle_policy::program::EndpointKey;
+    use brindle_policy::resource::parse_documents;
+
+    const WORLD: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: demo}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: demo, labels: {app: b}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web, namespace: demo}
+spec:
+  podSelector: {matchLabels: {app: b}}
+  ingress:
+  - ports: [{protocol: UDP, port: 80}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: dns, namespace: demo}
+spec:
+  podSelector: {matchLabels: {app: b}}
+  ingress:
+  - ports: [{protocol: UDP, port: 53}]
+"#;
+    let key = EndpointKey::new("demo", "b");
+    let mut compiler = Compiler::new();
+    let mut changes: Vec<Change> = parse_documents(WORLD)
+        .expect("parses")
+        .into_iter()
+        .map(Change::Apply)
+        .collect();
+    changes.push(Change::Endpoint(
+        key.clone(),
+        Some(EndpointInfo {
+            addrs: vec!["10.65.0.3".parse().expect("an address")],
+            local: true,
+        }),
+    ));
+    let view = PolicyView::new()
+        .with_update(&compiler.apply(changes))
+        .expect("applies")
+        .with_workload(1, Some(key));
+    let mut f = Flows::new();
+    f.set_view(std::sync::Arc::new(view));
+    f.begin_batch(std::time::Instant::now(), false);
+    for port in [80, 53] {
+        let p = udp4([10, 65, 0, 2], 40000 + port, [10, 65, 0, 3], port);
+        assert!(f.check(&p, false, Some(0), Some(1), false).is_ok());
+    }
+    let policies = |f: &Flows| -> Vec<(String, u64)> {
+        f.rule_counts()
+            .into_iter()
+            .map(|(k, c): (RuleKey, Counts)| (k.policy, c.packets))
+            .collect()
+    };
+    assert_eq!(
+        policies(&f),
+        vec![
+            ("demo/knp.default.dns".to_owned(), 1),
+            ("demo/knp.default.web".to_owned(), 1)
+        ]
+    );
+    let dns = parse_documents(WORLD).expect("parses").pop().expect("dns");
+    let update = compiler.apply([Change::Delete(dns.key())]);
+    let next = f.view().with_update(&update).expect("applies");
+    f.set_view(std::sync::Arc::new(next));
+    assert_eq!(policies(&f), vec![("demo/knp.default.web".to_owned(), 1)]);
 }
