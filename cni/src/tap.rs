@@ -16,18 +16,18 @@ use std::fs::File;
 use std::os::fd::AsFd;
 
 use brindle_api::cni::{CniError, CniResult, Interface, Request};
-use brindle_api::endpoint::{Endpoint, PodInterface};
+use brindle_api::endpoint::{Deleted, Endpoint, EndpointRequest, PodInterface};
 use brindle_xsk::{Tap, TapConfig};
 use ipnet::IpNet;
 use tracing::{info, warn};
 
 use crate::config::BrindleConfig;
-use crate::delegate;
 use crate::netlink::{Link, Netlink, NetlinkError, format_mac};
 use crate::plugin::{
-    CODE_INTERFACE_EXISTS, HOST_MAC, configure_pod, default_routes, key_of, nl, pod_ip_configs,
-    pod_ips, pod_ref, register, result_dns,
+    CODE_INTERFACE_EXISTS, HOST_MAC, configure_pod, daemon_of, default_routes, key_of, nl,
+    pod_ip_configs, pod_ips, pod_ref, register, result_dns,
 };
+use crate::{delegate, netns};
 
 /// The netlink kind of a TUN/TAP device.
 pub const TUN_KIND: &str = "tun";
@@ -49,12 +49,14 @@ pub fn interface_of(req: &Request, cfg: &BrindleConfig) -> PodInterface {
     }
 }
 
-/// Undoes a half-done ADD when dropped armed: the TAP (once made) and the
-/// addresses.
+/// Undoes a half-done ADD when dropped armed: the endpoint (once sent to
+/// the daemon), the TAP (once made) and the addresses.
 struct Rollback<'a> {
     req: &'a Request,
+    cfg: &'a BrindleConfig,
     netns: &'a File,
     tap_made: bool,
+    registering: bool,
     armed: bool,
 }
 
@@ -64,9 +66,27 @@ impl Drop for Rollback<'_> {
             return;
         }
         warn!(ifname = %self.req.env.ifname, "ADD failed; rolling back");
+        // The daemon may have programmed the vrouter before its answer was
+        // lost (a timeout, TryAgainLater after the port was attached):
+        // best effort, so that a retried ADD is a fresh port.
+        if self.registering
+            && let Err(e) = daemon_of(self.cfg).call::<Deleted>(&EndpointRequest::DeleteEndpoint {
+                key: key_of(self.req),
+            })
+            && !e.is_not_found()
+        {
+            warn!(error = %e, "rollback: cannot tell the daemon");
+        }
+        // RTM_DELLINK, as DEL does: clearing TUNSETPERSIST would leave the
+        // device while the vrouter holds queues on it, and the retried ADD
+        // would find `CNI_IFNAME` taken (code 100) for good.
         if self.tap_made
-            && let Err(e) =
-                in_thread(|| Tap::delete(Some(self.netns.as_fd()), &self.req.env.ifname))
+            && let Err(e) = netns::netlink_in(self.netns).and_then(|mut pod| {
+                match pod.link_by_name(&self.req.env.ifname)? {
+                    Some(l) if l.kind.as_deref() == Some(TUN_KIND) => pod.delete_link(l.index),
+                    _ => Ok(()),
+                }
+            })
         {
             warn!(error = %e, "rollback: cannot delete the TAP");
         }
@@ -98,8 +118,10 @@ pub(crate) fn add(
     let ifname = &req.env.ifname;
     let mut rollback = Rollback {
         req,
+        cfg,
         netns,
         tap_made: false,
+        registering: false,
         armed: true,
     };
     let ipam = delegate::ipam_add(req)?;
@@ -133,6 +155,7 @@ pub(crate) fn add(
         mtu,
         interface: interface_of(req, cfg),
     };
+    rollback.registering = true;
     register(cfg, endpoint)?;
     rollback.armed = false;
     info!(handle = %key.handle(), ?ips, mtu, queues = cfg.tap_queues, "ADD done (tap)");

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 
 use anyhow::{Context, Result, bail};
 use brindle_api::endpoint::{
-    DaemonStatus, Deleted, Endpoint, EndpointKey, EndpointRequest, GcReport,
+    DaemonStatus, Deleted, Endpoint, EndpointKey, EndpointRequest, GcReport, PodInterface,
 };
 use brindle_api::framing::{RemoteError, RemoteErrorKind, Reply, read_message, write_message};
 use serde_json::{Value, json};
@@ -230,6 +230,10 @@ pub fn allocations(data_dir: &Path, network: &str) -> Vec<String> {
 struct DaemonState {
     received: Vec<EndpointRequest>,
     endpoints: HashMap<EndpointKey, Endpoint>,
+    /// With `hold_taps`: a queue on each TAP pod's device, as the vrouter
+    /// attaches one before ctrl answers, kept until DeleteEndpoint.
+    held: HashMap<EndpointKey, brindle_xsk::Tap>,
+    hold_taps: bool,
 }
 
 /// A stand-in node daemon: speaks `brindle_api::endpoint` over a real Unix
@@ -279,6 +283,13 @@ impl StandInDaemon {
         self.state.lock().unwrap().received.clone()
     }
 
+    /// From now on, attach a queue to every TAP pod's device on
+    /// AddEndpoint (before answering, whatever the answer), as the vrouter
+    /// does once ctrl programs it.
+    pub fn hold_taps(&self) {
+        self.state.lock().unwrap().hold_taps = true;
+    }
+
     pub fn endpoints(&self) -> Vec<Endpoint> {
         self.state
             .lock()
@@ -324,6 +335,20 @@ fn answer(st: &mut DaemonState, req: EndpointRequest, reject_adds: bool) -> Repl
             message: message.into(),
         })
     };
+    if let EndpointRequest::AddEndpoint { endpoint } = &req
+        && st.hold_taps
+        && let PodInterface::Tap { netns, ifname, .. } = &endpoint.interface
+    {
+        let ns = std::fs::File::open(netns).expect("the pod's netns");
+        let tap = brindle_xsk::Tap::attach(
+            Some(std::os::fd::AsFd::as_fd(&ns)),
+            ifname,
+            1,
+            brindle_xsk::TapConfig::pod(ifname).offloads,
+        )
+        .expect("attach a queue to the pod's TAP");
+        st.held.insert(endpoint.key.clone(), tap);
+    }
     match req {
         EndpointRequest::AddEndpoint { .. } if reject_adds => {
             err(RemoteErrorKind::TryAgainLater, "stand-in told to reject")
@@ -334,6 +359,7 @@ fn answer(st: &mut DaemonState, req: EndpointRequest, reject_adds: bool) -> Repl
             ok(serde_json::to_value(*endpoint).unwrap())
         }
         EndpointRequest::DeleteEndpoint { key } => {
+            st.held.remove(&key);
             let existed = st.endpoints.remove(&key).is_some();
             ok(serde_json::to_value(Deleted { existed }).unwrap())
         }
