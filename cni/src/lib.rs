@@ -4,6 +4,7 @@
 //!   generic exec driver in `brindle_api::cni`.
 //! - [`config`]: the plugin's own config keys.
 //! - [`ifname`]: host veth names from the attachment handle.
+//! - [`mac`]: the MAC a runtime asks the pod's interface to have.
 //! - [`delegate`]: exec of the IPAM plugin, as the spec describes.
 //! - [`netlink`] and [`netns`]: a blocking rtnetlink client, and how a
 //!   socket inside a pod's netns is opened without moving our own thread.
@@ -17,6 +18,7 @@ pub mod conflist;
 pub mod daemon;
 pub mod delegate;
 pub mod ifname;
+pub mod mac;
 pub mod netlink;
 pub mod netns;
 pub mod plugin;

@@ -275,6 +275,15 @@ impl Netlink {
         Ok(())
     }
 
+    /// Sets link `index`'s MAC address (IFLA_ADDRESS).
+    pub fn set_mac(&mut self, index: u32, mac: [u8; 6]) -> Result<(), NetlinkError> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+        self.request("set link address", RouteNetlinkMessage::SetLink(msg), 0)?;
+        Ok(())
+    }
+
     /// Sets link `index`'s alias (IFLA_IFALIAS).
     pub fn set_alias(&mut self, index: u32, alias: &str) -> Result<(), NetlinkError> {
         let mut msg = LinkMessage::default();

@@ -20,6 +20,7 @@ use crate::config::{BrindleConfig, InterfaceKind};
 use crate::daemon::{Daemon, DaemonError};
 use crate::delegate;
 use crate::ifname::{host_ifname, is_host_ifname};
+use crate::mac::requested_mac;
 use crate::netlink::{Link, Netlink, NetlinkError, format_mac};
 use crate::netns;
 
@@ -215,6 +216,16 @@ pub(crate) fn register(cfg: &BrindleConfig, endpoint: Endpoint) -> Result<(), Cn
     }
 }
 
+/// Gives the pod's interface the MAC the runtime asked for (before it is
+/// up) and reads it back.
+pub(crate) fn set_pod_mac(pod: &mut Netlink, link: &Link, mac: [u8; 6]) -> Result<Link, CniError> {
+    pod.set_mac(link.index, mac)
+        .map_err(nl("setting the pod interface's MAC"))?;
+    pod.link_by_name(&link.name)
+        .map_err(nl("reading the pod interface"))?
+        .ok_or_else(|| CniError::io("reading the pod interface", "vanished"))
+}
+
 /// The netlink part of ADD, after IPAM.
 fn build(
     req: &Request,
@@ -254,10 +265,13 @@ fn build(
     host.set_up(host_link.index)
         .map_err(nl("bringing the host veth up"))?;
 
-    let pod_link = pod
+    let mut pod_link = pod
         .link_by_name(ifname)
         .map_err(nl("reading the pod interface"))?
         .ok_or_else(|| CniError::io("reading the pod interface", "not in the pod netns"))?;
+    if let Some(mac) = requested_mac(req)? {
+        pod_link = set_pod_mac(pod, &pod_link, mac)?;
+    }
     let ips = pod_ips(ipam);
     let gateways = configure_pod(pod, &pod_link, &ips)?;
     // With a host port the node reaches the pod through the vrouter
@@ -429,6 +443,8 @@ impl Plugin for Brindle {
         let _span =
             info_span!("attachment", handle = %key.handle(), verb = req.env.command.as_str())
                 .entered();
+        // A MAC the pod cannot have fails before anything is made.
+        requested_mac(req)?;
         let netns = open_pod_netns(req)?;
         let mut pod = netns::netlink_in(&netns).map_err(nl("opening netlink in the pod netns"))?;
         // Before IPAM: an existing interface belongs to an earlier ADD, and

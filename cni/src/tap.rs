@@ -135,10 +135,13 @@ pub(crate) fn add(
         e => CniError::io("creating the TAP", e),
     })?;
     rollback.tap_made = true;
-    let link = pod
+    let mut link = pod
         .link_by_name(ifname)
         .map_err(nl("reading the pod TAP"))?
         .ok_or_else(|| CniError::io("reading the pod TAP", "not in the pod netns"))?;
+    if let Some(mac) = crate::mac::requested_mac(req)? {
+        link = crate::plugin::set_pod_mac(pod, &link, mac)?;
+    }
     let ips = pod_ips(&ipam);
     let gateways = configure_pod(pod, &link, &ips)?;
     let key = key_of(req);

@@ -499,6 +499,18 @@ fn works_first_in_a_chain_with_tuning_bandwidth_and_portmap() -> Result<()> {
     assert_eq!(last["ips"], first["ips"]);
     let host_ifname = first["interfaces"][0]["name"].as_str().unwrap().to_string();
     assert_eq!(link(&pod, "eth0")?["address"], "02:42:ac:11:00:99");
+    // The runtime's MAC (the `mac` capability) reached brindle too: the
+    // pod end was made with it, so the node daemon's record, brindle's own
+    // result and the host's neighbour entry agree with what tuning set
+    // (with a random MAC at ADD they kept a MAC the pod no longer has).
+    assert_eq!(first["interfaces"][1]["mac"], "02:42:ac:11:00:99");
+    assert_eq!(w.daemon().endpoints()[0].pod_mac, "02:42:ac:11:00:99");
+    let ip = pod_ip(&first)?;
+    let neigh = w
+        .host
+        .ns
+        .ip_json(&["-4", "neigh", "show", &ip, "dev", &host_ifname])?;
+    assert_eq!(neigh[0]["lladdr"], "02:42:ac:11:00:99", "{neigh}");
     let qdisc = sh(&[
         "tc",
         "-n",
@@ -552,6 +564,51 @@ fn works_first_in_a_chain_with_tuning_bandwidth_and_portmap() -> Result<()> {
         "nat",
     ])?;
     assert!(!nat.contains("18080"), "{nat}");
+    assert!(w.allocations().is_empty());
+    Ok(())
+}
+
+/// A runtime that passes the pod's MAC in `CNI_ARGS` (a network reload
+/// that keeps it) gets a pod with that MAC, told to the node daemon and the
+/// host's neighbour entry; CHECK agrees; a MAC the pod cannot have fails
+/// ADD before anything is made (issue 14 item 7).
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn cni_args_mac_is_the_pods_mac_everywhere_and_a_bad_one_fails_add() -> Result<()> {
+    let w = World::new("1.0.0", true)?;
+    let pod = Netns::new("bcp")?;
+    let conf = w.conf()?;
+    let mut inv = w.inv("ADD", "c1", &pod);
+    inv.args.push_str(";MAC=02:42:AC:11:00:07");
+    let result = w.run(&inv, &conf)?.ok()?.clone();
+    let mac = "02:42:ac:11:00:07";
+    assert_eq!(link(&pod, "eth0")?["address"], mac);
+    assert_eq!(result["interfaces"][1]["mac"], mac);
+    let ep = w.daemon().endpoints();
+    assert_eq!(ep.len(), 1);
+    assert_eq!(ep[0].pod_mac, mac);
+    let host_ifname = result["interfaces"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ip = pod_ip(&result)?;
+    let neigh = w
+        .host
+        .ns
+        .ip_json(&["-4", "neigh", "show", &ip, "dev", &host_ifname])?;
+    assert_eq!(neigh[0]["lladdr"], mac, "{neigh}");
+    w.run(&inv.with_command("CHECK"), &with_prev(&conf, &result))?
+        .ok()?;
+    w.run(&inv.with_command("DEL"), &with_prev(&conf, &result))?
+        .ok()?;
+
+    // A multicast MAC: code 4 (invalid environment), no interface, no
+    // allocation.
+    let mut bad = w.inv("ADD", "c2", &pod);
+    bad.args.push_str(";MAC=01:00:5e:00:00:01");
+    let out = w.run(&bad, &conf)?;
+    assert_eq!(out.err_code(), Some(4), "{}", out.stdout);
+    assert!(pod.ip_json(&["link", "show", "dev", "eth0"]).is_err());
     assert!(w.allocations().is_empty());
     Ok(())
 }
