@@ -12,9 +12,13 @@
 //!   protocol ([`ROUTE_PROTOCOL`], as Calico's Felix and BIRD mark theirs):
 //!   every route of that protocol that is not wanted is removed, so a
 //!   withdrawn block and the leftovers of a previous run go;
-//! - `ip_forward` on, `rp_filter` loose on the host port (replies to
-//!   host-originated traffic come back from pods through it while the
-//!   kernel's route to a local veth pod may be its veth);
+//! - `ip_forward` on, `rp_filter` off on the host port: the vrouter checks
+//!   every pod's source (anti-spoofing) before a frame reaches the port,
+//!   and the kernel's "loose" mode is no looser than strict on an interface
+//!   without an address (`brindle0` has none: the kernel's
+//!   `fib_validate_source` drops any source not routed via it), which
+//!   dropped a reply from a veth pod whose `/32 dev <veth>` route (no
+//!   `hostPort` in the conflist) is not `brindle0`;
 //! - natOutgoing: one nftables table of ours, `inet brindle` ([`nft`]),
 //!   replaced atomically by one `nft -f` transaction, never touching another
 //!   table.
@@ -244,7 +248,7 @@ impl<K: Kernel> HostProgrammer<K> {
         if self.link_set != Some((ifindex, want.mtu)) {
             self.kernel.set_link(ifindex, want.mtu)?;
             self.kernel
-                .sysctl(&format!("net/ipv4/conf/{}/rp_filter", want.port), "2")?;
+                .sysctl(&format!("net/ipv4/conf/{}/rp_filter", want.port), "0")?;
             self.link_set = Some((ifindex, want.mtu));
         }
         let have: BTreeSet<KernelRoute> = self.kernel.our_routes()?.into_iter().collect();
