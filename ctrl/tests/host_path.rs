@@ -115,7 +115,7 @@ fn pod_prefixes_are_routed_into_brindle0_and_only_our_routes_and_table_are_touch
     assert_eq!(
         ns.exec(&["sysctl", "-n", "net.ipv4.conf.brindle0.rp_filter"])?
             .trim(),
-        "2"
+        "0"
     );
     let tables = ns.exec(&["nft", "list", "tables"])?;
     assert!(tables.contains("table inet someone"), "{tables}");
