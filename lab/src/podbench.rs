@@ -65,6 +65,12 @@ pub struct Figure {
     pub bytes: u64,
     /// CPU-seconds of the path (see the module doc).
     pub cpu_s: f64,
+    /// Of them, both vrouters' user time (the pipeline, GSO/GRO, copies
+    /// in user space) and system time (the TAP reads/writes, AF_XDP
+    /// wake-ups and the kernel's copies), in seconds; 0 on the kernel's
+    /// path.
+    pub vrouter_user_s: f64,
+    pub vrouter_sys_s: f64,
 }
 
 impl Figure {
@@ -115,9 +121,9 @@ impl fmt::Display for PodBench {
         )?;
         writeln!(
             f,
-            "| case | where | unit | kernel | brindle | brindle/kernel | CPU-s/GB kernel | CPU-s/GB brindle |"
+            "| case | where | unit | kernel | brindle | brindle/kernel | CPU-s/GB kernel | CPU-s/GB brindle | vrouters user/sys s |"
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|")?;
+        writeln!(f, "|---|---|---|---|---|---|---|---|---|")?;
         let num = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
         for r in &self.rows {
             let (k, b) = (r.kernel.map(|x| x.rate), r.brindle.map(|x| x.rate));
@@ -127,7 +133,7 @@ impl fmt::Display for PodBench {
             };
             writeln!(
                 f,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.case,
                 r.place,
                 r.unit,
@@ -136,6 +142,10 @@ impl fmt::Display for PodBench {
                 num(ratio),
                 num(r.kernel.and_then(|x| x.cpu_s_per_gb())),
                 num(r.brindle.and_then(|x| x.cpu_s_per_gb())),
+                r.brindle.map_or("-".to_string(), |x| format!(
+                    "{:.2}/{:.2}",
+                    x.vrouter_user_s, x.vrouter_sys_s
+                )),
             )?;
         }
         Ok(())
@@ -172,14 +182,16 @@ const ALL: [Load; 4] = [
 ];
 
 /// One iperf3 run from the pod `client` to `server_ip` (served by the pod
-/// `server`); the CPU of `extra` processes is added to iperf3's own.
+/// `server`); the CPU of the `soft` processes (ksoftirqd) and of the
+/// `vrouters` is added to iperf3's own.
 fn iperf(
     client: &str,
     server: &str,
     server_ip: Ipv4Addr,
     secs: u32,
     load: Load,
-    extra: &[u32],
+    soft: &[u32],
+    vrouters: &[u32],
 ) -> Result<Figure> {
     let mut srv = in_ns(server, "iperf3")
         .args(["-s", "-1"])
@@ -200,9 +212,9 @@ fn iperf(
             cmd.args(["-u", "-b", "0", "-l", &len.to_string()]);
         }
     }
-    let before = cpu_ticks(extra);
+    let (soft0, vr0) = (cpu_ticks(soft), cpu_ticks(vrouters));
     let out = sh_within(&mut cmd, Duration::from_secs(u64::from(secs) + 30));
-    let after = cpu_ticks(extra);
+    let (soft1, vr1) = (cpu_ticks(soft), cpu_ticks(vrouters));
     let _ = srv.kill();
     let _ = srv.wait();
     let v: Value = serde_json::from_str(&out?).context("iperf3 -J output")?;
@@ -236,25 +248,38 @@ fn iperf(
         + cpu["remote_total"].as_f64().unwrap_or(0.0))
         / 100.0
         * secs_run;
-    let extra_cpu = after.saturating_sub(before) as f64 / 100.0;
+    let secs_of = |ticks: u64| ticks as f64 / 100.0;
+    let soft_cpu = secs_of((soft1.0 + soft1.1).saturating_sub(soft0.0 + soft0.1));
+    let (user, sys) = (
+        secs_of(vr1.0.saturating_sub(vr0.0)),
+        secs_of(vr1.1.saturating_sub(vr0.1)),
+    );
     Ok(Figure {
         rate,
         bytes,
-        cpu_s: iperf_cpu + extra_cpu,
+        cpu_s: iperf_cpu + soft_cpu + user + sys,
+        vrouter_user_s: user,
+        vrouter_sys_s: sys,
     })
 }
 
-/// Utime + stime of these processes, in clock ticks (USER_HZ 100).
-fn cpu_ticks(pids: &[u32]) -> u64 {
+/// Utime and stime of these processes (all their threads), in clock
+/// ticks (USER_HZ 100).
+fn cpu_ticks(pids: &[u32]) -> (u64, u64) {
     pids.iter()
         .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // utime and stime: the 12th and 13th fields after the name.
-            let rest = stat.get(stat.rfind(')')? + 2..)?;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            parse_user_sys(&stat)
         })
-        .sum()
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+}
+
+/// Utime and stime of one `/proc/<pid>/stat` line: the 12th and 13th
+/// fields after the command name (which may hold spaces and parentheses).
+fn parse_user_sys(stat: &str) -> Option<(u64, u64)> {
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some((f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?))
 }
 
 /// Every `ksoftirqd/N`.
@@ -444,7 +469,7 @@ pub(crate) fn run(
     for &load in loads {
         for (place, server) in [("same node", 1), ("other node", 2)] {
             let (srv, addr) = (KERNEL_PODS[server].0, KERNEL_PODS[server].2);
-            let k = iperf(&kns("p1"), &kns(srv), addr, spec.secs, load, &soft);
+            let k = iperf(&kns("p1"), &kns(srv), addr, spec.secs, load, &soft, &[]);
             rows.push(BenchRow {
                 case: load.name(),
                 place: place.into(),
@@ -462,13 +487,12 @@ pub(crate) fn run(
         }
     }
     kernel_down();
-    let mut watched = soft;
-    watched.extend(vrouters()?);
+    let vr = vrouters()?;
     let mut row = rows.iter_mut();
     for &load in loads {
         for to in [b, c] {
             let r = row.next().context("rows")?;
-            r.brindle = iperf(&a.name, &to.name, to.ip, spec.secs, load, &watched)
+            r.brindle = iperf(&a.name, &to.name, to.ip, spec.secs, load, &soft, &vr)
                 .inspect_err(|e| eprintln!("pod bench: brindle {} -> {}: {e:#}", a.name, to.name))
                 .ok();
         }
@@ -489,4 +513,18 @@ fn loadavg() -> String {
         .take(3)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_and_system_ticks_are_read_past_a_command_name_with_parentheses() {
+        // A real vrouter line, its name changed to hold ") (" and spaces.
+        let stat = "4242 (brindle) (vr 0) S 1 4242 4242 0 -1 4194624 1043 0 0 0 \
+                    731 264 0 0 20 0 5 0 1234 1048576 2048 18446744073709551615";
+        assert_eq!(parse_user_sys(stat), Some((731, 264)));
+        assert_eq!(parse_user_sys("4242 (brindle) S 1"), None);
+    }
 }

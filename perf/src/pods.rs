@@ -32,6 +32,14 @@ pub struct PodsArgs {
     /// Encapsulations between the two nodes (none = native).
     #[arg(long, value_delimiter = ',', default_value = "none,ipip,vxlan")]
     pub encap: Vec<String>,
+    /// Workers per vrouter (the lab's `vrouter_workers`; 0: one per CPU).
+    /// 1 by default: the two nodes' vrouters then take one CPU each of a
+    /// 2-CPU machine, and a TAP pod's flows to another node keep their
+    /// state on one worker (with two, a reply that arrives from the uplink
+    /// on the other worker is dropped as `conntrack_invalid`: polvr's open
+    /// bug of 2026-12-06).
+    #[arg(long, default_value_t = 1)]
+    pub vrouter_workers: u16,
     /// Directory for pods.json and pods.svg.
     #[arg(long, default_value = "perf-out")]
     pub out: PathBuf,
@@ -70,6 +78,7 @@ pub fn run(args: PodsArgs) -> Result<()> {
                 encap: encap.clone(),
                 throughput_secs: 0,
                 pod_interface: kind,
+                vrouter_workers: args.vrouter_workers,
                 pod_bench: Some(PodBenchSpec {
                     secs: args.secs,
                     plumbing_only: false,
