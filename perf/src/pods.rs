@@ -36,8 +36,8 @@ pub struct PodsArgs {
     /// 1 by default: the two nodes' vrouters then take one CPU each of a
     /// 2-CPU machine, and a TAP pod's flows to another node keep their
     /// state on one worker (with two, a reply that arrives from the uplink
-    /// on the other worker is dropped as `conntrack_invalid`: polvr's open
-    /// bug of 2026-12-06).
+    /// on the other worker was dropped as `conntrack_invalid` before
+    /// 3912724; not re-measured since).
     #[arg(long, default_value_t = 1)]
     pub vrouter_workers: u16,
     /// Directory for pods.json and pods.svg.
