@@ -9,6 +9,16 @@
 //! one `RemoveRoutes` and one `AddRoutes` per [`MAX_ROUTES_PER_REQUEST`]
 //! routes. Any other request ends the run and keeps its place, so a route
 //! never goes out before the port it names or after the port is removed.
+//!
+//! Pod ports are merged too (issue 17): parallel CNI ADDs queue one
+//! `AddPorts` each, between their routes and policy updates; every
+//! `AddPorts` up to the next request that is not a route change, a policy
+//! update or another `AddPorts` joins the first one, so the vrouter gets
+//! them in one request and opens them in parallel (an AF_XDP port's XDP
+//! attach and sockets, a TAP's queues: 20-30 ms each, mostly waiting in
+//! the kernel). Ports only move earlier, never past a `RemovePorts`, a
+//! `Sync`, `SetNode` or `SetNeighbors`, so whatever names a port still
+//! comes after it and a removed port is never added before its removal.
 
 use std::collections::HashMap;
 
@@ -94,8 +104,31 @@ fn chunks<T>(items: Vec<T>, cap: usize) -> Vec<Vec<T>> {
 pub fn coalesce(reqs: Vec<VrouterRequest>, cap: usize) -> Vec<VrouterRequest> {
     let mut out = Vec::new();
     let mut run = RouteRun::default();
+    // Where the open window's `AddPorts` is in `out`.
+    let mut ports_at: Option<usize> = None;
     for req in reqs {
         match req {
+            VrouterRequest::AddPorts { ports } => match ports_at {
+                Some(i) => {
+                    let VrouterRequest::AddPorts { ports: merged } = &mut out[i] else {
+                        unreachable!("ports_at names an AddPorts");
+                    };
+                    for p in ports {
+                        // The later spec of a name is the one in force.
+                        merged.retain(|m| m.name != p.name);
+                        merged.push(p);
+                    }
+                }
+                None => {
+                    run.flush(&mut out, cap);
+                    ports_at = Some(out.len());
+                    out.push(VrouterRequest::AddPorts { ports });
+                }
+            },
+            policy @ VrouterRequest::ApplyPolicy { .. } => {
+                run.flush(&mut out, cap);
+                out.push(policy);
+            }
             VrouterRequest::AddRoutes { routes } => {
                 for r in routes {
                     run.record(r.prefix, Change::Add(r));
@@ -108,6 +141,7 @@ pub fn coalesce(reqs: Vec<VrouterRequest>, cap: usize) -> Vec<VrouterRequest> {
             }
             other => {
                 run.flush(&mut out, cap);
+                ports_at = None;
                 out.push(other);
             }
         }
@@ -227,6 +261,87 @@ mod tests {
         };
         assert_eq!(routes[0], local("10.0.0.0/24", "eth1"));
         assert_eq!(routes[1], local("10.0.1.0/24", "eth0"));
+        assert_eq!(state(&out), state(&reqs));
+    }
+
+    fn pod(name: &str, ip: &str) -> PortSpec {
+        PortSpec {
+            name: name.into(),
+            kind: PortKind::Pod,
+            addresses: vec![ip.parse().unwrap()],
+            peer_mac: None,
+            endpoint: None,
+            device: Default::default(),
+            workload: None,
+        }
+    }
+
+    fn ports(specs: &[PortSpec]) -> VrouterRequest {
+        VrouterRequest::AddPorts {
+            ports: specs.to_vec(),
+        }
+    }
+
+    fn policy(generation: u64) -> VrouterRequest {
+        VrouterRequest::ApplyPolicy {
+            update: brindle_api::vrouter::PolicyUpdate {
+                generation,
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn parallel_adds_ports_go_out_in_one_request_ahead_of_their_routes() {
+        // Three CNI ADDs queued while the executor was busy: port, route
+        // and policy step each.
+        let (a, b, c) = (
+            pod("bria", "10.65.0.2"),
+            pod("brib", "10.65.0.3"),
+            pod("bric", "10.65.0.4"),
+        );
+        let reqs = vec![
+            ports(&[a.clone()]),
+            add(vec![local("10.65.0.2/32", "bria")]),
+            policy(1),
+            ports(&[b.clone()]),
+            add(vec![local("10.65.0.3/32", "brib")]),
+            policy(2),
+            ports(&[c.clone()]),
+            add(vec![local("10.65.0.4/32", "bric")]),
+        ];
+        let out = coalesce(reqs.clone(), 10);
+        assert_eq!(
+            out,
+            vec![
+                ports(&[a, b, c]),
+                add(vec![local("10.65.0.2/32", "bria")]),
+                policy(1),
+                add(vec![local("10.65.0.3/32", "brib")]),
+                policy(2),
+                add(vec![local("10.65.0.4/32", "bric")]),
+            ]
+        );
+        assert_eq!(state(&out), state(&reqs));
+    }
+
+    #[test]
+    fn ports_never_move_past_a_removal_and_the_later_spec_of_a_name_wins() {
+        let a = pod("bria", "10.65.0.2");
+        let a2 = pod("bria", "10.65.0.9");
+        let b = pod("brib", "10.65.0.3");
+        let gone = VrouterRequest::RemovePorts {
+            names: vec!["bria".into()],
+        };
+        let reqs = vec![
+            ports(&[a.clone()]),
+            ports(&[b.clone()]),
+            ports(&[a2.clone()]),
+            gone.clone(),
+            ports(&[a.clone()]),
+        ];
+        let out = coalesce(reqs.clone(), 10);
+        assert_eq!(out, vec![ports(&[b, a2]), gone, ports(&[a])]);
         assert_eq!(state(&out), state(&reqs));
     }
 
