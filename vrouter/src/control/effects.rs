@@ -11,7 +11,9 @@ use brindle_xsk::Role;
 use ipnet::IpNet;
 
 use crate::endpoint::Endpoint;
-use crate::engine::{Backend, Dataplane, EngineError, WorkerCmd, WorkerSnapshot};
+use crate::engine::{
+    AttachDevice, Attached, Backend, Dataplane, EngineError, PortAttach, WorkerCmd, WorkerSnapshot,
+};
 use crate::fib::{FibChange, NextHop};
 use crate::frame::PortId;
 use crate::pipeline::PipelineConfig;
@@ -50,6 +52,28 @@ pub trait Effects {
         first: usize,
         endpoint: Endpoint,
     ) -> Result<(Vec<usize>, Backend), EngineError>;
+    /// Attaches every port of `ports` ([`Effects::attach_port`] or
+    /// [`Effects::attach_tap`] by device); one result per port, in order,
+    /// a failed one not stopping the others. The dataplane opens them
+    /// several at once; by default one after the other.
+    fn attach_ports(&mut self, ports: Vec<PortAttach>) -> Vec<Attached> {
+        ports
+            .into_iter()
+            .map(|p| match p.device {
+                AttachDevice::Xdp { role, link } => {
+                    self.attach_port(p.id, &p.name, role, link, p.first, &p.endpoint)
+                }
+                AttachDevice::Tap { netns, ifname } => self.attach_tap(
+                    p.id,
+                    &p.name,
+                    netns.as_deref(),
+                    &ifname,
+                    p.first,
+                    p.endpoint,
+                ),
+            })
+            .collect()
+    }
     /// Closes slot `id`.
     fn detach_port(&mut self, id: PortId) -> Result<(), EngineError>;
     /// Sets (`Some`) or forgets (`None`) a neighbour on every worker.
@@ -133,6 +157,10 @@ impl Effects for Dataplane {
         let (owners, _, backend) =
             Dataplane::attach_tap(self, id, name, netns, ifname, first, endpoint)?;
         Ok((owners, backend))
+    }
+
+    fn attach_ports(&mut self, ports: Vec<PortAttach>) -> Vec<Attached> {
+        self.attach_many(&ports)
     }
 
     fn detach_port(&mut self, id: PortId) -> Result<(), EngineError> {

@@ -28,7 +28,7 @@ pub use self::effects::{Effect, Effects, Recording};
 use self::hops::NextHops;
 use self::steering::steering_delta;
 use crate::endpoint::{Endpoint, GATEWAY_MAC, PortKind};
-use crate::engine::{Backend, EngineError, WorkerSnapshot};
+use crate::engine::{AttachDevice, Backend, EngineError, PortAttach, WorkerSnapshot};
 use crate::fib::{Encap, FibChange, NextHop};
 use crate::frame::PortId;
 use crate::pipeline::{PipelineConfig, vtep_mac};
@@ -201,14 +201,8 @@ impl<E: Effects> Control<E> {
         to_json(&api::Changed { changed })
     }
 
-    /// The worker a new port starts on: an uplink on worker 0, any other
-    /// port on the one owning fewest ports (ties: the lowest index). Ports
-    /// never move once placed, so pods that stay keep their worker while
-    /// others come and go.
-    fn first_worker(&self, kind: api::PortKind) -> usize {
-        if kind == api::PortKind::Uplink {
-            return 0;
-        }
+    /// Ports each worker owns (an uplink counts on worker 0).
+    fn worker_load(&self) -> Vec<usize> {
         let mut load = vec![0usize; self.effects.worker_count().max(1)];
         for e in self.ports.values() {
             if let Some(&w) = e.owners.first()
@@ -217,10 +211,26 @@ impl<E: Effects> Control<E> {
                 *l += 1;
             }
         }
-        load.iter()
-            .enumerate()
-            .min_by_key(|&(i, l)| (*l, i))
-            .map_or(0, |(i, _)| i)
+        load
+    }
+
+    /// The worker a new port starts on: an uplink on worker 0, any other
+    /// port on the one owning fewest ports (ties: the lowest index), given
+    /// `load` (which counts it). Ports never move once placed, so pods that
+    /// stay keep their worker while others come and go.
+    fn first_worker(kind: api::PortKind, load: &mut [usize]) -> usize {
+        let w = if kind == api::PortKind::Uplink {
+            0
+        } else {
+            load.iter()
+                .enumerate()
+                .min_by_key(|&(i, l)| (*l, i))
+                .map_or(0, |(i, _)| i)
+        };
+        if let Some(l) = load.get_mut(w) {
+            *l += 1;
+        }
+        w
     }
 
     fn set_node(&mut self, node: api::NodeConfig) -> Result<u64, RemoteError> {
@@ -340,66 +350,120 @@ impl<E: Effects> Control<E> {
             .any(|e| e.spec.kind == api::PortKind::Host)
     }
 
+    /// Attaches `ports` (several at once: the dataplane opens a batch's
+    /// ports in parallel, issue 17). A port that fails does not stop the
+    /// others: every one that attached is in force, with its routes, and
+    /// the first failure is the answer.
     fn add_ports(&mut self, mut ports: Vec<api::PortSpec>) -> Result<u64, RemoteError> {
+        // The later spec of a name is the one in force, as one by one.
+        let mut seen = BTreeSet::new();
+        ports.reverse();
+        ports.retain(|p| seen.insert(p.name.clone()));
+        ports.reverse();
+        // The host port first, on its own: the pods are then steered for it.
+        let (hosts, others): (Vec<_>, Vec<_>) = ports
+            .into_iter()
+            .partition(|p| p.kind == api::PortKind::Host);
         let mut changed = 0;
-        // The host port first: the pods of the same batch are then steered
-        // for it.
-        ports.sort_by_key(|p| p.kind != api::PortKind::Host);
-        for spec in ports {
+        let mut failed = None;
+        for group in [hosts, others] {
+            changed += self.attach_group(group, &mut failed);
+        }
+        if changed > 0 {
+            self.refresh_fib_for_ports()?;
+            self.resteer_pods()?;
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(changed),
+        }
+    }
+
+    /// Attaches the ports of `specs` that are not in force as they are
+    /// (a changed one is re-opened: a socket is cheap to make, and the
+    /// slot's state starts clean) in one [`Effects::attach_ports`]; keeps
+    /// the first failure in `failed`. Returns how many attached.
+    fn attach_group(&mut self, specs: Vec<api::PortSpec>, failed: &mut Option<RemoteError>) -> u64 {
+        let mut load = self.worker_load();
+        let mut batch = Vec::with_capacity(specs.len());
+        for spec in specs {
             if let Some(e) = self.ports.get(&spec.name) {
                 if e.spec == spec {
                     continue;
                 }
-                // Changed addresses, MAC or kind: re-open (a socket is
-                // cheap to make, and the slot's state starts clean).
-                self.detach(&spec.name)?;
+                if let Err(e) = self.detach(&spec.name) {
+                    failed.get_or_insert(e);
+                    continue;
+                }
             }
             // A TAP's MTU and the kernel end's MAC come from the device
             // when it is attached; the vrouter's MAC on it is the gateway's.
             let link = match &spec.device {
-                api::PortDevice::Xdp => self.effects.link(&spec.name).map_err(engine)?,
+                api::PortDevice::Xdp => match self.effects.link(&spec.name) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        failed.get_or_insert(engine(e));
+                        continue;
+                    }
+                },
                 api::PortDevice::Tap { .. } => LinkInfo {
                     mac: crate::endpoint::GATEWAY_MAC,
                     mtu: 0,
                 },
             };
-            let (endpoint, role) = Self::endpoint(&spec, link.mac, link.mtu, self.has_host_port());
-            let first = self.first_worker(spec.kind);
+            let (mut endpoint, role) =
+                Self::endpoint(&spec, link.mac, link.mtu, self.has_host_port());
+            let first = Self::first_worker(spec.kind, &mut load);
             let id = match self.free_slots.pop() {
                 Some(id) => id,
-                None => {
-                    let id = self.next_slot;
-                    self.next_slot = id.checked_add(1).ok_or_else(|| RemoteError {
-                        kind: RemoteErrorKind::Exhausted,
-                        message: "no port slot left".into(),
-                    })?;
-                    id
-                }
+                None => match self.next_slot.checked_add(1) {
+                    Some(next) => std::mem::replace(&mut self.next_slot, next),
+                    None => {
+                        failed.get_or_insert(RemoteError {
+                            kind: RemoteErrorKind::Exhausted,
+                            message: "no port slot left".into(),
+                        });
+                        break;
+                    }
+                },
             };
-            let attached = match &spec.device {
+            let device = match &spec.device {
                 api::PortDevice::Tap { netns, ifname, .. } => {
                     // The device's MAC is the peer's unless the spec names
                     // one: the dataplane reads it when it attaches.
-                    let mut endpoint = endpoint;
                     endpoint.peer_mac = spec.peer_mac.map(|m| m.0);
-                    self.effects.attach_tap(
-                        id,
-                        &spec.name,
-                        netns.as_deref(),
-                        ifname,
-                        first,
-                        endpoint,
-                    )
+                    AttachDevice::Tap {
+                        netns: netns.clone(),
+                        ifname: ifname.clone(),
+                    }
                 }
-                api::PortDevice::Xdp => self
-                    .effects
-                    .attach_port(id, &spec.name, role, link, first, &endpoint),
+                api::PortDevice::Xdp => AttachDevice::Xdp { role, link },
             };
-            let (owners, backend) = match attached {
+            let attach = PortAttach {
+                id,
+                name: spec.name.clone(),
+                device,
+                first,
+                endpoint,
+            };
+            batch.push((spec, role, attach));
+        }
+        if batch.is_empty() {
+            return 0;
+        }
+        let results = self
+            .effects
+            .attach_ports(batch.iter().map(|(_, _, a)| a.clone()).collect());
+        let mut changed = 0;
+        for ((spec, role, attach), result) in batch.into_iter().zip(results) {
+            let id = attach.id;
+            let (owners, backend) = match result {
                 Ok(a) => a,
                 Err(e) => {
+                    tracing::warn!(port = %spec.name, error = %e, "port not attached");
                     self.free_slots.push(id);
-                    return Err(engine(e));
+                    failed.get_or_insert(engine(e));
+                    continue;
                 }
             };
             tracing::info!(port = %spec.name, id, backend, workers = ?owners, "port attached");
@@ -416,11 +480,7 @@ impl<E: Effects> Control<E> {
             );
             changed += 1;
         }
-        if changed > 0 {
-            self.refresh_fib_for_ports()?;
-            self.resteer_pods()?;
-        }
-        Ok(changed)
+        changed
     }
 
     /// Re-opens the veth pods whose steering role no longer matches

@@ -616,3 +616,91 @@ fn a_tap_port_is_attached_by_namespace_and_name_without_a_link_lookup() {
         vec!["10.244.0.9".parse::<IpAddr>().unwrap()]
     );
 }
+
+#[test]
+fn a_batch_of_ports_attaches_every_one_it_can_spread_over_the_workers() {
+    // One AddPorts with many pods (ctrl merges parallel CNI ADDs): one
+    // that cannot be opened (its interface is gone) fails the request but
+    // not the others, and its slot is free again.
+    let mut c = control();
+    let err = c
+        .handle(R::AddPorts {
+            ports: vec![
+                port("pod1", PortKind::Pod, &["10.244.0.5"]),
+                port("gone", PortKind::Pod, &["10.244.0.6"]),
+                port("pod2", PortKind::Pod, &["10.244.0.7"]),
+            ],
+        })
+        .unwrap_err();
+    assert_eq!(err.kind, RemoteErrorKind::InvalidRequest);
+    let attached: Vec<(String, u16, usize)> = c
+        .effects_mut()
+        .take()
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Attach {
+                id, name, first, ..
+            } => Some((name, id, first)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        attached,
+        vec![("pod1".into(), 0, 0), ("pod2".into(), 1, 1)],
+        "both attached, on the two workers"
+    );
+    // Their routes go in; the failed one's slot is the next one used.
+    assert_eq!(
+        changed(
+            &mut c,
+            R::AddRoutes {
+                routes: vec![
+                    route("10.244.0.5/32", local("pod1")),
+                    route("10.244.0.7/32", local("pod2")),
+                ],
+            }
+        ),
+        2
+    );
+    c.effects_mut().links.insert(
+        "gone".into(),
+        LinkInfo {
+            mac: [2; 6],
+            mtu: 1500,
+        },
+    );
+    changed(
+        &mut c,
+        R::AddPorts {
+            ports: vec![port("gone", PortKind::Pod, &["10.244.0.6"])],
+        },
+    );
+    assert!(c.effects_mut().take().iter().any(|e| matches!(
+        e,
+        Effect::Attach { id: 2, name, .. } if name == "gone"
+    )));
+}
+
+#[test]
+fn the_later_spec_of_a_name_in_one_batch_is_the_one_attached() {
+    let mut c = control();
+    let n = changed(
+        &mut c,
+        R::AddPorts {
+            ports: vec![
+                port("pod1", PortKind::Pod, &["10.244.0.5"]),
+                port("pod1", PortKind::Pod, &["10.244.0.9"]),
+            ],
+        },
+    );
+    assert_eq!(n, 1);
+    let fx = c.effects_mut().take();
+    let addrs: Vec<_> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Attach { endpoint, .. } => Some(endpoint.addrs.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(addrs, vec![vec!["10.244.0.9".parse::<IpAddr>().unwrap()]]);
+}

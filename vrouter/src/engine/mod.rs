@@ -6,6 +6,7 @@
 //! The engine takes orders and does them; what to do is decided by
 //! [`crate::control`], which owns the state.
 
+pub mod attach;
 pub mod tap;
 pub mod worker_thread;
 
@@ -26,6 +27,7 @@ use crate::policy::PolicyCell;
 use crate::port::handoff::FrameHomes;
 use crate::port::packet::PacketPort;
 use crate::port::xdp::{LinkInfo, XdpPort, XdpPortConfig};
+pub use attach::{AttachDevice, Attached, PortAttach};
 pub use worker_thread::{
     Arenas, BATCH_BUCKETS, Polling, WorkerCmd, WorkerHandle, WorkerSnapshot, poll_loop, spawn_all,
 };
