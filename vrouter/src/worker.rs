@@ -222,17 +222,21 @@ impl Worker {
     }
 
     /// Puts `port` and `endpoint` in slot `id` (a slot freed by
-    /// [`Worker::detach_port`], or the next new one); the old port is
-    /// released into the arena. Returns `false`, changing nothing, if `id`
-    /// is past the next new slot.
+    /// [`Worker::detach_port`], the next new one, or one past it: the
+    /// slots between get detached placeholders, as when a port of a batch
+    /// failed to open and the next ones did); the old port is released into
+    /// the arena. Always `true` (slots are `PortId`s: bounded).
     pub fn set_port(&mut self, id: PortId, port: Box<dyn Port>, endpoint: Endpoint) -> bool {
         let i = id as usize;
+        while self.ports.len() < i {
+            self.add_port(
+                Box::new(crate::port::DetachedPort),
+                Endpoint::pod(Vec::new(), None, 0),
+            );
+        }
         if i == self.ports.len() {
             self.add_port(port, endpoint);
             return true;
-        }
-        if i > self.ports.len() {
-            return false;
         }
         self.flush_handed(i);
         let whole = port.takes_super_packets();
@@ -601,6 +605,41 @@ impl Drop for SleepGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_past_the_next_new_one_is_taken_and_the_gap_is_detached() {
+        // A batch's port in slot 1 failed to open, the one in slot 2 did:
+        // slot 2 must be installed (was: refused, the port silently
+        // missing on the worker while the control state listed it).
+        let (_fib, reader) = crate::fib::Fib::new();
+        let mut w = Worker::new(
+            FrameArena::new_heap(64, 2048),
+            PipelineConfig::new(std::net::Ipv4Addr::new(10, 0, 0, 1), 24),
+            reader,
+        );
+        let port = |name: &str| {
+            Box::new(crate::port::memory::MemoryPort::new(name, [2, 0, 0, 0, 0, 1], 1500).0)
+                as Box<dyn Port>
+        };
+        let ep = |a: &str| Endpoint::pod(vec![a.parse().unwrap()], None, 1500);
+        assert!(w.set_port(0, port("p0"), ep("10.65.0.2")));
+        assert!(w.set_port(2, port("p2"), ep("10.65.0.4")));
+        assert_eq!(w.port_slots(), 3);
+        assert_eq!(w.port(2).map(|p| p.name().to_owned()), Some("p2".into()));
+        assert_eq!(
+            w.pipeline().ports().get(2).map(|e| e.addrs.clone()),
+            Some(vec!["10.65.0.4".parse().unwrap()])
+        );
+        assert!(
+            w.pipeline()
+                .ports()
+                .get(1)
+                .is_some_and(|e| e.addrs.is_empty())
+        );
+        // The gap is a free slot like any detached one.
+        assert!(w.set_port(1, port("p1"), ep("10.65.0.3")));
+        assert_eq!(w.port(1).map(|p| p.name().to_owned()), Some("p1".into()));
+    }
 
     #[test]
     fn a_worker_can_move_to_its_own_thread() {

@@ -643,6 +643,33 @@ impl<E: Effects> Control<E> {
         Ok(changed)
     }
 
+    /// Keeps `routes` whose port is not attached in the desired state,
+    /// out of the FIB (an older route of their prefix leaves it): they go
+    /// in when their port comes (`refresh_fib_for_ports`).
+    fn keep_waiting_routes(&mut self, routes: Vec<api::Route>) -> Result<u64, RemoteError> {
+        let mut touched = Vec::new();
+        let mut out_of_fib = Vec::new();
+        for r in routes {
+            let prefix = r.prefix.trunc();
+            if self.routes.get(&prefix) == Some(&r.target) {
+                continue;
+            }
+            self.hops.add(&r.target);
+            if let Some(old) = self.routes.insert(prefix, r.target) {
+                self.hops.remove(&old);
+            }
+            if self.effects.fib_get(&prefix).is_some() {
+                out_of_fib.push(FibChange::Remove { prefix });
+            }
+            touched.push(prefix);
+        }
+        if !out_of_fib.is_empty() {
+            self.effects.fib_apply(out_of_fib).map_err(engine)?;
+        }
+        self.update_steering(&touched)?;
+        Ok(touched.len() as u64)
+    }
+
     fn remove_routes(&mut self, prefixes: &[IpNet]) -> Result<u64, RemoteError> {
         let mut removed = Vec::new();
         let mut touched = Vec::new();
@@ -734,7 +761,19 @@ impl<E: Effects> Control<E> {
             .cloned()
             .collect();
         changed += self.remove_ports(&stale)?;
-        changed += self.add_ports(state.ports)?;
+        // A pod port that cannot be attached (its TAP or veth is gone: the
+        // CNI plugin rolled back an ADD whose answer came too late) does
+        // not fail the Sync: the controller would resync again and again,
+        // answering every ADD "vrouter not reachable" meanwhile (issue 17,
+        // seen with 110 parallel ADDs on a loaded node). The rest is
+        // applied; its routes wait for it as a detached port's do.
+        let ports = state.ports.len();
+        match self.add_ports(state.ports) {
+            Ok(n) => changed += n,
+            Err(e) => {
+                tracing::warn!(ports, error = %e.message, "sync: some ports could not be attached; their routes wait for them");
+            }
+        }
         let want_routes: BTreeSet<IpNet> = state.routes.iter().map(|r| r.prefix.trunc()).collect();
         let stale: Vec<IpNet> = self
             .routes
@@ -743,7 +782,12 @@ impl<E: Effects> Control<E> {
             .copied()
             .collect();
         changed += self.remove_routes(&stale)?;
-        changed += self.add_routes(state.routes)?;
+        let (ready, waiting): (Vec<api::Route>, Vec<api::Route>) = state
+            .routes
+            .into_iter()
+            .partition(|r| self.next_hop(&r.target).is_ok());
+        changed += self.add_routes(ready)?;
+        changed += self.keep_waiting_routes(waiting)?;
         let want_neigh: BTreeSet<(String, IpAddr)> = state
             .neighbors
             .iter()

@@ -704,3 +704,60 @@ fn the_later_spec_of_a_name_in_one_batch_is_the_one_attached() {
         .collect();
     assert_eq!(addrs, vec![vec!["10.244.0.9".parse::<IpAddr>().unwrap()]]);
 }
+
+#[test]
+fn a_sync_with_a_pod_whose_interface_is_gone_applies_the_rest() {
+    // The CNI plugin rolled back an ADD (its device is gone) that ctrl
+    // still holds: the Sync attaches the others and their routes and
+    // succeeds (was: failed whole, and ctrl resynced in a loop answering
+    // every ADD "vrouter not reachable"); the missing pod's route waits
+    // out of the FIB and goes in when its port comes.
+    let mut c = control();
+    let state = DesiredState {
+        node: None,
+        ports: vec![
+            port("pod1", PortKind::Pod, &["10.244.0.5"]),
+            port("gone", PortKind::Pod, &["10.244.0.6"]),
+        ],
+        routes: vec![
+            route("10.244.0.5/32", local("pod1")),
+            route("10.244.0.6/32", local("gone")),
+        ],
+        neighbors: vec![],
+        policy: None,
+    };
+    c.handle(R::Sync { state }).expect("the sync succeeds");
+    let fx = c.effects_mut().take();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Attach { name, .. } if name == "pod1"))
+    );
+    assert!(
+        c.effects()
+            .fib
+            .contains_key(&"10.244.0.5/32".parse().unwrap())
+    );
+    assert!(
+        !c.effects()
+            .fib
+            .contains_key(&"10.244.0.6/32".parse().unwrap())
+    );
+    c.effects_mut().links.insert(
+        "gone".into(),
+        LinkInfo {
+            mac: [2; 6],
+            mtu: 1500,
+        },
+    );
+    changed(
+        &mut c,
+        R::AddPorts {
+            ports: vec![port("gone", PortKind::Pod, &["10.244.0.6"])],
+        },
+    );
+    assert!(
+        c.effects()
+            .fib
+            .contains_key(&"10.244.0.6/32".parse().unwrap())
+    );
+}
