@@ -276,10 +276,8 @@ mod tests {
         }
     }
 
-    fn ports(specs: &[PortSpec]) -> VrouterRequest {
-        VrouterRequest::AddPorts {
-            ports: specs.to_vec(),
-        }
+    fn ports(specs: Vec<PortSpec>) -> VrouterRequest {
+        VrouterRequest::AddPorts { ports: specs }
     }
 
     fn policy(generation: u64) -> VrouterRequest {
@@ -301,20 +299,20 @@ mod tests {
             pod("bric", "10.65.0.4"),
         );
         let reqs = vec![
-            ports(&[a.clone()]),
+            ports(vec![a.clone()]),
             add(vec![local("10.65.0.2/32", "bria")]),
             policy(1),
-            ports(&[b.clone()]),
+            ports(vec![b.clone()]),
             add(vec![local("10.65.0.3/32", "brib")]),
             policy(2),
-            ports(&[c.clone()]),
+            ports(vec![c.clone()]),
             add(vec![local("10.65.0.4/32", "bric")]),
         ];
         let out = coalesce(reqs.clone(), 10);
         assert_eq!(
             out,
             vec![
-                ports(&[a, b, c]),
+                ports(vec![a, b, c]),
                 add(vec![local("10.65.0.2/32", "bria")]),
                 policy(1),
                 add(vec![local("10.65.0.3/32", "brib")]),
@@ -334,14 +332,14 @@ mod tests {
             names: vec!["bria".into()],
         };
         let reqs = vec![
-            ports(&[a.clone()]),
-            ports(&[b.clone()]),
-            ports(&[a2.clone()]),
+            ports(vec![a.clone()]),
+            ports(vec![b.clone()]),
+            ports(vec![a2.clone()]),
             gone.clone(),
-            ports(&[a.clone()]),
+            ports(vec![a.clone()]),
         ];
         let out = coalesce(reqs.clone(), 10);
-        assert_eq!(out, vec![ports(&[b, a2]), gone, ports(&[a])]);
+        assert_eq!(out, vec![ports(vec![b, a2]), gone, ports(vec![a])]);
         assert_eq!(state(&out), state(&reqs));
     }
 
