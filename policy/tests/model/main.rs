@@ -80,6 +80,7 @@ fn verify(
             endpoint_of(t.dst).is_none_or(|k| dp.classify(&k, Direction::Ingress, &pkt).allow);
         let got = out && inn;
         let want = world.allowed(&t);
+        replies_follow(seed, &t, &pkt, want, dp, &endpoint_of)?;
         if want {
             counts.0 += 1;
         } else {
@@ -92,6 +93,135 @@ fn verify(
         }
     }
     Ok(counts)
+}
+
+/// The stateful half of the spec, through the connection table with the
+/// classifier deciding new flows: a flow the model allows is tracked and
+/// its reply passes on the entry whatever the reverse direction's policy
+/// says (the classifier is not asked again: it would deny), an ICMP error
+/// about an allowed UDP flow is related; a flow the model denies leaves
+/// no entry, so its "reply" is a new flow of its own.
+fn replies_follow(
+    seed: u64,
+    t: &spec::Traffic,
+    pkt: &Packet,
+    want: bool,
+    dp: &PolicyState,
+    endpoint_of: &dyn Fn(std::net::Ipv4Addr) -> Option<EndpointKey>,
+) -> Result<(), TestCaseError> {
+    use brindle_policy::classify::Verdict;
+    use brindle_policy::conntrack::{ConnTable, Outcome, Seen, Timeouts, Tuple, tcp_flags};
+    if t.src == t.dst {
+        // To itself: the "reply" is the same packet again.
+        return Ok(());
+    }
+    let (src, dst) = (IpAddr::V4(t.src), IpAddr::V4(t.dst));
+    let (tuple, flags, icmp, reply_flags, reply_icmp) = match (t.protocol, t.icmp_type) {
+        (6, _) => (
+            Tuple {
+                src,
+                dst,
+                protocol: 6,
+                src_port: 40000,
+                dst_port: t.dst_port,
+            },
+            tcp_flags::SYN,
+            None,
+            tcp_flags::SYN | tcp_flags::ACK,
+            None,
+        ),
+        (17, _) => (
+            Tuple {
+                src,
+                dst,
+                protocol: 17,
+                src_port: 40000,
+                dst_port: t.dst_port,
+            },
+            0,
+            None,
+            0,
+            None,
+        ),
+        (1, 8) => (
+            Tuple::icmp_echo(src, dst, 1, 7),
+            0,
+            Some((8, 0)),
+            0,
+            Some((0, 0)),
+        ),
+        _ => return Ok(()),
+    };
+    let classify = |p: &Packet| {
+        let side = |ip: IpAddr, dir| match ip {
+            IpAddr::V4(a) => endpoint_of(a).map(|k| dp.classify(&k, dir, p)),
+            IpAddr::V6(_) => None,
+        };
+        let egress = side(p.src, Direction::Egress);
+        if let Some(v) = egress
+            && !v.allow
+        {
+            return v;
+        }
+        side(p.dst, Direction::Ingress)
+            .or(egress)
+            .unwrap_or(Verdict::NO_POLICY)
+    };
+    let mut table = ConnTable::new(4, Timeouts::default());
+    let first = table.process(&Seen::new(tuple, flags, icmp), 1, 1, |p| {
+        assert_eq!(p, pkt, "the table classifies the packet itself");
+        classify(p)
+    });
+    if first.passes() != want {
+        return Err(TestCaseError::fail(format!(
+            "seed {seed}: {t:?}: the table says {first:?}, the model {want}"
+        )));
+    }
+    let back = Tuple {
+        src: dst,
+        dst: src,
+        protocol: tuple.protocol,
+        src_port: tuple.dst_port,
+        dst_port: tuple.src_port,
+    };
+    let deny = |_: &Packet| Verdict {
+        allow: false,
+        ..Verdict::NO_POLICY
+    };
+    let reply = table.process(&Seen::new(back, reply_flags, reply_icmp), 2, 1, deny);
+    // Denied (a new flow the classifier refuses) or invalid (a SYN/ACK
+    // opening nothing): never passed.
+    let right = if want {
+        reply == Outcome::Tracked { reply: true }
+    } else {
+        !reply.passes()
+    };
+    if !right {
+        return Err(TestCaseError::fail(format!(
+            "seed {seed}: {t:?} (model: {want}): its reply got {reply:?}"
+        )));
+    }
+    if want && t.protocol == 17 {
+        let error = Seen {
+            tuple: Tuple {
+                src: dst,
+                dst: src,
+                protocol: 1,
+                src_port: 0,
+                dst_port: 0,
+            },
+            tcp_flags: 0,
+            icmp: Some((3, 3)),
+            quoted: Some(tuple),
+        };
+        let related = table.process(&error, 3, 1, deny);
+        if related != Outcome::Related {
+            return Err(TestCaseError::fail(format!(
+                "seed {seed}: {t:?}: an ICMP error about it got {related:?}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Checks one world, then the same world after deleting some policies,
