@@ -20,19 +20,19 @@
 
 mod common;
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use brindle_api::framing::{Client, PROTOCOL_VERSION};
 use brindle_api::vrouter::{
     Changed, Encap, Hello, Neighbor, NodeConfig, PolicyEndpoint, PortDevice, PortKind, PortSpec,
-    Route, RouteTarget, Stats, VrouterRequest, VxlanConfig,
+    Route, RouteTarget, VrouterRequest, VxlanConfig,
 };
 use brindle_policy::compile::{Change, Compiler, EndpointInfo};
 use brindle_policy::resource::parse_documents;
-use common::{Netns, Vrouter, in_netns, tap_pod, unique};
+use common::{Netns, Vrouter, drops, in_netns, tap_pod, tcp_ok, unique};
 
 const POLICY: &str = r#"
 apiVersion: v1
@@ -57,67 +57,6 @@ spec:
 "#;
 
 const METRICS: &str = "127.0.0.1:9095";
-
-/// A TCP exchange to `addr` ("ping" one way, "pong" back): `Ok(true)` if
-/// it completed, `Ok(false)` if the client could not connect within 2 s.
-fn tcp_ok(server: &Netns, client: &Netns, addr: SocketAddr) -> Result<bool> {
-    let srv = in_netns(server, move || -> Result<bool> {
-        let l = TcpListener::bind(addr)?;
-        l.set_nonblocking(true)?;
-        let deadline = Instant::now() + Duration::from_secs(4);
-        loop {
-            match l.accept() {
-                Ok((mut s, _)) => {
-                    s.set_nonblocking(false)?;
-                    s.set_read_timeout(Some(Duration::from_secs(3)))?;
-                    let mut buf = [0u8; 4];
-                    s.read_exact(&mut buf)?;
-                    s.write_all(b"pong")?;
-                    return Ok(true);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
-                Err(e) => return Err(e.into()),
-            }
-        }
-    });
-    // Give the listener a moment to bind (a guard, not a timing assertion:
-    // a missed bind shows as a refused connection, which fails the test).
-    std::thread::sleep(Duration::from_millis(200));
-    let cli = in_netns(client, move || -> Result<bool> {
-        let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
-            return Ok(false);
-        };
-        s.set_read_timeout(Some(Duration::from_secs(3)))?;
-        s.write_all(b"ping")?;
-        let mut buf = [0u8; 4];
-        s.read_exact(&mut buf)?;
-        anyhow::ensure!(&buf == b"pong", "client got {buf:?}");
-        Ok(true)
-    });
-    let connected = cli
-        .join()
-        .map_err(|_| anyhow::anyhow!("client panicked"))??;
-    let served = srv
-        .join()
-        .map_err(|_| anyhow::anyhow!("server panicked"))??;
-    anyhow::ensure!(
-        connected == served,
-        "client {connected}, server {served}: a half-open exchange"
-    );
-    Ok(connected)
-}
-
-fn drops(c: &mut Client, reason: &str) -> Result<u64> {
-    let stats: Stats = c.call(&VrouterRequest::GetStats)?;
-    Ok(stats
-        .workers
-        .iter()
-        .map(|w| w.drops.get(reason).copied().unwrap_or(0))
-        .sum())
-}
 
 /// The vrouter's metrics text, read in `node`.
 fn metrics(node: &Netns) -> Result<String> {
