@@ -69,6 +69,18 @@ fn live_frames_refused(err: &dyn std::fmt::Debug) -> bool {
     text.contains("BPF_PROG_TEST_RUN (live frames)") && text.contains("PermissionDenied")
 }
 
+/// The live generator, or the AF_XDP one where the kernel refuses live
+/// frames (see [`live_frames_refused`]): one probe run decides.
+fn generator_this_kernel_runs() -> GeneratorKind {
+    match selftest::exact_count_on_a_plain_veth(GeneratorKind::Live) {
+        Err(e) if live_frames_refused(&e) => {
+            eprintln!("the AF_XDP generator: this kernel refuses live frames: {e:?}");
+            GeneratorKind::Afxdp
+        }
+        _ => GeneratorKind::Live,
+    }
+}
+
 fn exact_count(kind: GeneratorKind) {
     let (checks, sent, seen) = match selftest::exact_count_on_a_plain_veth(kind) {
         Err(e) if kind == GeneratorKind::Live && live_frames_refused(&e) => {
@@ -119,13 +131,7 @@ fn frames_dropped_on_purpose_for_one_flow_are_counted_as_lost() {
 #[ignore = "requires root and network namespaces"]
 fn every_scenario_runs_and_produces_figures_and_brindle_is_not_available() {
     let _serial = one_at_a_time();
-    let generator = match selftest::exact_count_on_a_plain_veth(GeneratorKind::Live) {
-        Err(e) if live_frames_refused(&e) => {
-            eprintln!("the AF_XDP generator: this kernel refuses live frames: {e:?}");
-            GeneratorKind::Afxdp
-        }
-        _ => GeneratorKind::Live,
-    };
+    let generator = generator_this_kernel_runs();
     let options = RunOptions {
         generator,
         sizes: vec![FrameSize::Fixed(64)],
@@ -282,13 +288,7 @@ fn ctrl_c_during_a_run_removes_every_namespace() {
 #[ignore = "requires root and network namespaces"]
 fn two_workers_spread_over_two_queues_and_the_sink_counts_every_frame() {
     let _serial = one_at_a_time();
-    let generator = match selftest::exact_count_on_a_plain_veth(GeneratorKind::Live) {
-        Err(e) if live_frames_refused(&e) => {
-            eprintln!("the AF_XDP generator: this kernel refuses live frames: {e:?}");
-            GeneratorKind::Afxdp
-        }
-        _ => GeneratorKind::Live,
-    };
+    let generator = generator_this_kernel_runs();
     let options = RunOptions {
         generator,
         sizes: vec![FrameSize::Fixed(64), FrameSize::Imix],
