@@ -84,7 +84,20 @@ pub enum Error {
     },
 }
 
+/// The operation named in a [`Error::Sys`] from the live-frames generator.
+pub(crate) const LIVE_FRAMES_OP: &str = "BPF_PROG_TEST_RUN (live frames)";
+
 impl Error {
+    /// Whether this is the kernel refusing `BPF_PROG_TEST_RUN` with live
+    /// frames outright (EPERM), as some kernels do for a process without
+    /// every capability (seen on a 6.18 VM kernel whose root lacks
+    /// CAP_SYS_RESOURCE). Callers that can do without the live generator
+    /// (tests, benchmarks with the AF_XDP generator) tell it from a failure.
+    pub fn is_live_frames_refused(&self) -> bool {
+        matches!(self, Error::Sys { what, source }
+            if *what == LIVE_FRAMES_OP && source.raw_os_error() == Some(libc::EPERM))
+    }
+
     /// The errno behind this error, if one.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {

@@ -47,7 +47,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use crate::error::{Context, Error, Result};
+use crate::error::{Context, Error, LIVE_FRAMES_OP, Result};
 use crate::steer::{
     self,
     asm::{Asm, Cond, R0, R1, R2, R3, R4, R6, R7, R8, R9, R10, Size},
@@ -234,7 +234,7 @@ impl LiveFrameGenerator {
             repeat,
             self.config.batch_size,
         )
-        .ctx("BPF_PROG_TEST_RUN (live frames)")
+        .ctx(LIVE_FRAMES_OP)
     }
 
     /// The same for another frame (another flow), stamped at the same
@@ -255,7 +255,7 @@ impl LiveFrameGenerator {
             repeat,
             self.config.batch_size,
         )
-        .ctx("BPF_PROG_TEST_RUN (live frames)")
+        .ctx(LIVE_FRAMES_OP)
     }
 
     /// Sends the frame given to `new` until `duration` has passed or
@@ -289,7 +289,7 @@ impl LiveFrameGenerator {
                     Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                     Err(source) => {
                         return Err(Error::Sys {
-                            what: "BPF_PROG_TEST_RUN (live frames)",
+                            what: LIVE_FRAMES_OP,
                             source,
                         });
                     }
