@@ -406,6 +406,26 @@ pub trait Port: Send {
     fn wait_fds<'a>(&'a self, out: &mut Vec<std::os::fd::BorrowedFd<'a>>) {
         let _ = out;
     }
+
+    /// For a port whose receive costs a syscall even when nothing waits (a
+    /// TAP queue: a `read` that returns `EAGAIN`): a descriptor that becomes
+    /// readable when frames arrive, each arrival a wake-up (what
+    /// edge-triggered epoll needs). The worker stops reading such a port
+    /// once a burst found it empty ([`Port::rx_drained`]) and waits for all
+    /// of them in one epoll set, so its loop costs one `epoll_wait` rather
+    /// than a read per port (`crate::worker::Parking`). `None` (the
+    /// default): the port is read every loop (an AF_XDP ring is memory).
+    fn rx_ready_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+
+    /// Whether the last [`Port::rx_burst`] ended because the queue was
+    /// empty (not because the batch or the arena was full, or a bound on
+    /// reads): then nothing is left to read until the descriptor of
+    /// [`Port::rx_ready_fd`] signals a new frame.
+    fn rx_drained(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

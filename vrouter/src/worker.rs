@@ -1,6 +1,7 @@
 //! A forwarding worker: one arena, its ports, one pipeline, one loop.
 //!
-//! [`Worker::poll_once`] is one iteration: for each port, `rx_burst` ->
+//! [`Worker::poll_once`] is one iteration: for each port not parked (a TAP
+//! queue found empty waits in the worker's epoll set, [`Parking`]), `rx_burst` ->
 //! pipeline -> `tx_burst` on every port that got frames -> free what a full
 //! TX ring refused; then every port's `poll(now)` (completions, refill,
 //! wake-ups). Pinning to a core, adaptive polling (back off when idle) and the
@@ -41,6 +42,10 @@
 //! ```
 
 use std::time::Instant;
+
+mod parking;
+
+pub use parking::Parking;
 
 use crate::counters::{Counters, DropReason};
 use crate::endpoint::{Endpoint, PortTable};
@@ -94,6 +99,8 @@ pub struct Worker {
     /// reserved when the slot is made).
     handed: Vec<Vec<FrameDesc>>,
     handoff: HandoffStats,
+    /// Ports not read until their descriptor says frames arrived.
+    parking: Parking,
 }
 
 impl Worker {
@@ -110,6 +117,7 @@ impl Worker {
             home: None,
             handed: Vec::new(),
             handoff: HandoffStats::default(),
+            parking: Parking::default(),
         }
     }
 
@@ -214,6 +222,7 @@ impl Worker {
         self.pipeline.ports_mut().set_takes_super(id, whole);
         debug_assert_eq!(id as usize, self.ports.len());
         self.ports.push(port);
+        self.parking.attach(id, &*self.ports[id as usize]);
         self.port_stats.push(PortStats::default());
         self.remote.push(false);
         self.handed.push(Vec::with_capacity(BURST));
@@ -241,7 +250,9 @@ impl Worker {
         self.flush_handed(i);
         let whole = port.takes_super_packets();
         self.pipeline.ports_mut().set_takes_super(id, whole);
+        self.parking.forget(id, &*self.ports[i]);
         let old = std::mem::replace(&mut self.ports[i], port);
+        self.parking.attach(id, &*self.ports[i]);
         old.release(&mut self.arena);
         if let Some(ep) = self.pipeline.ports_mut().get_mut(id) {
             *ep = endpoint;
@@ -280,9 +291,13 @@ impl Worker {
     pub fn wait_for_frames(&self, timeout_ms: u16) {
         use nix::poll::{PollFd, PollFlags, poll};
         let mut borrowed = Vec::new();
-        for p in &self.ports {
-            p.wait_fds(&mut borrowed);
+        for (i, p) in self.ports.iter().enumerate() {
+            // Parked ports wait through the one epoll descriptor.
+            if !self.parking.is_parked(i) {
+                p.wait_fds(&mut borrowed);
+            }
         }
+        borrowed.extend(self.parking.wait_fd());
         if let Some(home) = &self.home {
             // Another worker handing a frame over, or the control thread
             // sending a command, wakes this one.
@@ -304,6 +319,12 @@ impl Worker {
         }
         // EINTR and the like just end the wait early.
         let _ = poll(&mut fds, timeout_ms);
+    }
+
+    /// The ports parked now, and how many times the epoll set unparked
+    /// one since the worker started.
+    pub fn parking(&self) -> &Parking {
+        &self.parking
     }
 
     /// Number of port slots (attached and detached).
@@ -346,8 +367,16 @@ impl Worker {
     /// (from the ports and handed over by other workers).
     pub fn poll_once(&mut self, now: Instant) -> usize {
         let mut received = self.take_mail(now);
+        self.parking.take_ready();
         for ingress in 0..self.ports.len() {
+            if self.parking.is_parked(ingress) {
+                continue;
+            }
             let n = self.ports[ingress].rx_burst(&mut self.arena, &mut self.rx);
+            if self.ports[ingress].rx_drained() {
+                // Not read again before a frame arrives.
+                self.parking.park(ingress as PortId);
+            }
             let bad = self.ports[ingress].take_rx_dropped();
             if bad > 0 {
                 self.port_stats[ingress].rx_packets += bad;

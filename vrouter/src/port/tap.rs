@@ -50,7 +50,7 @@ use crate::port::handoff::FrameHome;
 pub const MAX_SUPER_FRAME: usize = 65536 + 18;
 
 /// How many counters [`TapPortStats::values`] gives.
-pub const TAP_STATS: usize = 11;
+pub const TAP_STATS: usize = 12;
 
 /// One TAP port's counters by name, for the metrics.
 pub type TapStatsRow = (String, [(&'static str, u64); TAP_STATS]);
@@ -83,6 +83,10 @@ pub struct TapPortStats {
     pub rx_errors: AtomicU64,
     /// Writes that failed with an error other than "full" (frame freed).
     pub tx_errors: AtomicU64,
+    /// Read syscalls on the queues, the empty ones (`EAGAIN`) included: an
+    /// idle port's stay at zero while the worker waits for it in epoll
+    /// (issue 17); at most one more than its frames per wake-up.
+    pub rx_reads: AtomicU64,
 }
 
 impl TapPortStats {
@@ -105,6 +109,7 @@ impl TapPortStats {
             ("rx_csum_completed", v(&self.rx_csum_completed)),
             ("rx_errors", v(&self.rx_errors)),
             ("tx_errors", v(&self.tx_errors)),
+            ("rx_reads", v(&self.rx_reads)),
         ]
     }
 }
@@ -134,6 +139,8 @@ pub struct TapPort {
     spare: Option<u64>,
     /// Frames dropped on receive since the worker last asked.
     rx_dropped: u64,
+    /// The last `rx_burst` ended on an empty queue.
+    drained: bool,
     /// Userspace GRO of the frames written (66 KiB buffer).
     gro: Gro,
     /// GRO super-packets written and the frames in them since the worker
@@ -164,6 +171,7 @@ impl TapPort {
             pending: None,
             spare: None,
             rx_dropped: 0,
+            drained: false,
             gro: Gro::new(),
             coalesced: (0, 0),
             stats,
@@ -299,13 +307,19 @@ impl TapPort {
                 self.queue.read_vectored(&mut iov)
             }
         };
+        TapPortStats::bump(&self.stats.rx_reads, 1);
         let n = match read {
             Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Err(()),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                self.drained = true;
+                return Err(());
+            }
             Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(None),
             Err(_) => {
-                // EIO and friends: the device went away. Nothing was read.
+                // EIO and friends: the device went away. Nothing was read;
+                // it is not read again before its descriptor signals.
                 TapPortStats::bump(&self.stats.rx_errors, 1);
+                self.drained = true;
                 return Err(());
             }
         };
@@ -383,6 +397,7 @@ impl Port for TapPort {
     }
 
     fn rx_burst(&mut self, arena: &mut FrameArena, descs: &mut [FrameDesc]) -> usize {
+        self.drained = false;
         let mut n = self.segment(arena, descs);
         // A bounded number of reads per burst, so a queue that always has
         // something to drop cannot keep the worker here.
@@ -486,5 +501,14 @@ impl Port for TapPort {
     fn wait_fds<'a>(&'a self, out: &mut Vec<std::os::fd::BorrowedFd<'a>>) {
         use std::os::fd::AsFd;
         out.push(self.queue.as_fd());
+    }
+
+    fn rx_ready_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        Some(self.queue.as_fd())
+    }
+
+    fn rx_drained(&self) -> bool {
+        self.drained
     }
 }
