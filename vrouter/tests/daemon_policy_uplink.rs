@@ -20,19 +20,19 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use brindle_api::framing::{Client, PROTOCOL_VERSION};
 use brindle_api::vrouter::{
-    Changed, Encap, Hello, Neighbor, NodeConfig, PolicyEndpoint, PortDevice, PortKind, PortSpec,
-    Route, RouteTarget, VrouterRequest, VxlanConfig,
+    Changed, Hello, PolicyEndpoint, PortDevice, PortKind, PortSpec, Route, RouteTarget,
+    VrouterRequest,
 };
 use brindle_policy::compile::{Change, Compiler, EndpointInfo};
 use brindle_policy::resource::parse_documents;
-use common::{Netns, Vrouter, drops, in_netns, tap_pod, tcp_ok, unique};
+use common::peer::{metric_sum as sum, metrics, vxlan_peer};
+use common::{Netns, Vrouter, drops, tap_pod, tcp_ok, unique};
 
 const POLICY: &str = r#"
 apiVersion: v1
@@ -58,31 +58,6 @@ spec:
 
 const METRICS: &str = "127.0.0.1:9095";
 
-/// The vrouter's metrics text, read in `node`.
-fn metrics(node: &Netns) -> Result<String> {
-    in_netns(node, || -> Result<String> {
-        let mut s = TcpStream::connect(METRICS)?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
-        let mut text = String::new();
-        s.read_to_string(&mut text)?;
-        Ok(text)
-    })
-    .join()
-    .map_err(|_| anyhow::anyhow!("metrics thread panicked"))?
-}
-
-/// The sum of a metric series (`series` with its `{`) over the lines
-/// that contain `with`.
-fn sum(metrics: &str, series: &str, with: &str) -> u64 {
-    let prefix = format!("brindle_vrouter_{series}");
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(&prefix) && l.contains(with))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn a_tap_pods_flows_with_the_uplink_meet_one_table_when_replies_reach_the_other_worker()
@@ -91,32 +66,9 @@ fn a_tap_pods_flows_with_the_uplink_meet_one_table_when_replies_reach_the_other_
         std::thread::available_parallelism()?.get() >= 2,
         "needs two CPUs (two workers)"
     );
-    let (node, peer) = (Netns::new("tn")?, Netns::new("tk")?);
-    let (u1, u2) = (unique("u"), unique("u"));
-    node.ip(&[
-        "link",
-        "add",
-        &u1,
-        "numtxqueues",
-        "2",
-        "numrxqueues",
-        "2",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        &u2,
-        "netns",
-        &peer.name,
-        "numtxqueues",
-        "2",
-        "numrxqueues",
-        "2",
-    ])?;
-    node.ip(&["addr", "add", "192.168.78.1/24", "dev", &u1])?;
-    peer.ip(&["addr", "add", "192.168.78.2/24", "dev", &u2])?;
-    node.ip(&["link", "set", &u1, "up"])?;
-    peer.ip(&["link", "set", &u2, "up"])?;
+    let node = Netns::new("tn")?;
+    let underlay = vxlan_peer(&node)?;
+    let (peer, u2) = (&underlay.peer, &underlay.peer_if);
     // Crossed XPS: CPU 0 transmits on queue 1 (worker 1's), CPU 1 on
     // queue 0 (worker 0's).
     for (q, mask) in [(0, "2"), (1, "1")] {
@@ -126,60 +78,6 @@ fn a_tap_pods_flows_with_the_uplink_meet_one_table_when_replies_reach_the_other_
             &format!("echo {mask} > /sys/class/net/{u2}/queues/tx-{q}/xps_cpus"),
         ])?;
     }
-    // The peer: the kernel's VXLAN (VNI 4096, port 4789) with the VTEP
-    // MACs Brindle derives from the node addresses.
-    peer.ip(&[
-        "link",
-        "add",
-        "vxc",
-        "address",
-        "02:b1:c0:a8:4e:02",
-        "type",
-        "vxlan",
-        "id",
-        "4096",
-        "dstport",
-        "4789",
-        "local",
-        "192.168.78.2",
-        "dev",
-        &u2,
-        "nolearning",
-    ])?;
-    peer.ip(&["addr", "add", "10.66.9.1/32", "dev", "vxc"])?;
-    peer.ip(&["link", "set", "vxc", "up"])?;
-    peer.exec(&["ethtool", "-K", "vxc", "tx", "off"])?;
-    peer.ip(&[
-        "neigh",
-        "add",
-        "10.66.6.0",
-        "lladdr",
-        "02:b1:c0:a8:4e:01",
-        "dev",
-        "vxc",
-    ])?;
-    peer.exec(&[
-        "bridge",
-        "fdb",
-        "add",
-        "02:b1:c0:a8:4e:01",
-        "dev",
-        "vxc",
-        "dst",
-        "192.168.78.1",
-    ])?;
-    peer.ip(&[
-        "route",
-        "add",
-        "10.66.6.0/24",
-        "via",
-        "10.66.6.0",
-        "dev",
-        "vxc",
-        "onlink",
-        "src",
-        "10.66.9.1",
-    ])?;
     let pod = tap_pod("10.66.6.2", "02:b4:00:00:06:02")?;
     pod.ip(&["link", "set", "eth0", "mtu", "1450"])?;
     let pp = unique("tp");
@@ -198,25 +96,7 @@ fn a_tap_pods_flows_with_the_uplink_meet_one_table_when_replies_reach_the_other_
     let _: Hello = c.call(&VrouterRequest::Hello {
         version: PROTOCOL_VERSION,
     })?;
-    let _: Changed = c.call(&VrouterRequest::SetNode {
-        node: NodeConfig {
-            address_v4: Some("192.168.78.1".parse()?),
-            address_v6: None,
-            underlay_subnet: Some("192.168.78.0/24".parse()?),
-            underlay_gateway: None,
-            vxlan: VxlanConfig::default(),
-            tunnel_peers: vec!["192.168.78.2".parse()?],
-        },
-    })?;
-    let uplink = PortSpec {
-        name: u1.clone(),
-        kind: PortKind::Uplink,
-        addresses: vec![],
-        peer_mac: None,
-        endpoint: None,
-        device: Default::default(),
-        workload: None,
-    };
+    underlay.serve(&node, &mut c)?;
     let tap = PortSpec {
         name: pp.clone(),
         kind: PortKind::Pod,
@@ -230,37 +110,11 @@ fn a_tap_pods_flows_with_the_uplink_meet_one_table_when_replies_reach_the_other_
         },
         workload: Some(PolicyEndpoint::new("demo", "t")),
     };
-    let _: Changed = c.call(&VrouterRequest::AddPorts {
-        ports: vec![uplink, tap],
-    })?;
+    let _: Changed = c.call(&VrouterRequest::AddPorts { ports: vec![tap] })?;
     let _: Changed = c.call(&VrouterRequest::AddRoutes {
-        routes: vec![
-            Route {
-                prefix: "10.66.6.2/32".parse()?,
-                target: RouteTarget::Local { port: pp.clone() },
-            },
-            Route {
-                prefix: "10.66.9.0/24".parse()?,
-                target: RouteTarget::Encap {
-                    encap: Encap::Vxlan,
-                    remote: "192.168.78.2".parse()?,
-                },
-            },
-        ],
-    })?;
-    let _ = node.exec(&["ping", "-c", "1", "-W", "1", "192.168.78.2"]);
-    let out = peer.ip(&["link", "show", &u2])?;
-    let mac = out
-        .split_whitespace()
-        .skip_while(|w| *w != "link/ether")
-        .nth(1)
-        .context("peer MAC")?
-        .to_owned();
-    let _: Changed = c.call(&VrouterRequest::SetNeighbors {
-        neighbors: vec![Neighbor {
-            port: u1.clone(),
-            ip: "192.168.78.2".parse()?,
-            mac: mac.parse().map_err(anyhow::Error::msg)?,
+        routes: vec![Route {
+            prefix: "10.66.6.2/32".parse()?,
+            target: RouteTarget::Local { port: pp.clone() },
         }],
     })?;
 
@@ -287,7 +141,7 @@ fn a_tap_pods_flows_with_the_uplink_meet_one_table_when_replies_reach_the_other_
     let remote: SocketAddr = "10.66.9.1:8081".parse()?;
     for i in 0..4 {
         assert!(
-            tcp_ok(&peer, &pod, remote)?,
+            tcp_ok(peer, &pod, remote)?,
             "pod -> remote:8081, connection {i}"
         );
     }
@@ -295,17 +149,17 @@ fn a_tap_pods_flows_with_the_uplink_meet_one_table_when_replies_reach_the_other_
     assert!(out.contains("3 received"), "{out}");
     // Into the pod: 8080 allowed from the remote pods, 8081 denied.
     assert!(
-        tcp_ok(&pod, &peer, "10.66.6.2:8080".parse()?)?,
+        tcp_ok(&pod, peer, "10.66.6.2:8080".parse()?)?,
         "remote -> pod:8080"
     );
     assert!(
-        !tcp_ok(&pod, &peer, "10.66.6.2:8081".parse()?)?,
+        !tcp_ok(&pod, peer, "10.66.6.2:8081".parse()?)?,
         "remote -> pod:8081 is denied"
     );
     assert_eq!(drops(&mut c, "conntrack_invalid")?, 0);
     assert!(drops(&mut c, "policy_denied")? >= 1);
 
-    let m = metrics(&node)?;
+    let m = metrics(&node, METRICS)?;
     // Replies crossed workers: what the uplink brought to the other worker
     // was handed to the one that keeps the pod's flows.
     let handed = sum(&m, "worker_handoff_out_total{", "");

@@ -4,6 +4,8 @@
 //! commands, TCP exchanges and captures are `brindle_testkit::netns`'s.
 #![allow(dead_code)]
 
+pub mod peer;
+
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -300,4 +302,47 @@ pub fn drops(c: &mut Client, reason: &str) -> Result<u64> {
         .iter()
         .map(|w| w.drops.get(reason).copied().unwrap_or(0))
         .sum())
+}
+
+/// A TCP exchange whose client dials `dial` and whose server listens on
+/// `listen` (a DNAT between them); returns the peer address the server saw.
+pub fn tcp_through(server: &Netns, listen: &str, client: &Netns, dial: &str) -> Result<SocketAddr> {
+    let listen: SocketAddr = listen.parse()?;
+    let dial: SocketAddr = dial.parse()?;
+    let l = in_netns(server, move || Ok(TcpListener::bind(listen)?))
+        .join()
+        .map_err(|_| anyhow::anyhow!("bind panicked"))??;
+    let srv = std::thread::spawn(move || -> Result<SocketAddr> {
+        l.set_nonblocking(false)?;
+        let (mut s, peer) = l.accept()?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut buf = [0u8; 4];
+        s.read_exact(&mut buf)?;
+        anyhow::ensure!(&buf == b"ping", "server got {buf:?}");
+        s.write_all(b"pong")?;
+        Ok(peer)
+    });
+    let cli = in_netns(client, move || {
+        let mut s = TcpStream::connect_timeout(&dial, Duration::from_secs(5))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"ping")?;
+        let mut buf = [0u8; 4];
+        s.read_exact(&mut buf)?;
+        anyhow::ensure!(&buf == b"pong", "client got {buf:?}");
+        Ok(())
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("client panicked"))?;
+    if cli.is_err() {
+        // Unblock the listener so its thread ends.
+        let _ = in_netns(server, move || {
+            Ok(TcpStream::connect_timeout(
+                &listen,
+                Duration::from_millis(200),
+            )?)
+        })
+        .join();
+    }
+    cli.context("client through the DNAT")?;
+    srv.join().map_err(|_| anyhow::anyhow!("server panicked"))?
 }
