@@ -170,13 +170,15 @@ impl Worker {
     }
 
     /// Says which worker keeps the flows between the pod in slot `id` and
-    /// the uplink, for a pod port with a queue on every worker (a TAP pod):
-    /// `owner`, usually the worker of its first queue. On the other workers
-    /// the pod's packets towards the uplink are handed to it unprocessed,
-    /// and what the uplink brings for the pod is handed to it to check and
-    /// send, as for a veth pod's owner; so both directions of such a flow
-    /// meet one table whichever worker the uplink's RSS gives the replies.
-    /// `None`, or this worker: this worker keeps them.
+    /// the uplink or the host port: `owner`, the worker of its first part
+    /// (a veth pod's owner; for a TAP pod, with a queue on every worker,
+    /// the worker of its first queue). On the other workers the pod's
+    /// packets towards the uplink or the host port, and the host port's
+    /// packets to or from the pod, are handed to it unprocessed, and what
+    /// the uplink brings for the pod is handed to it to check and send; so
+    /// both directions of such a flow meet one table whichever worker the
+    /// uplink's RSS or the host port's queue gives them. `None`, or this
+    /// worker: this worker keeps them.
     pub fn set_flow_home(&mut self, id: PortId, owner: Option<usize>) {
         let me = self.home.as_ref().map(FrameHome::worker);
         let away = owner.filter(|&o| me.is_some_and(|me| me != o));

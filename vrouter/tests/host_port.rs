@@ -295,6 +295,65 @@ fn a_remote_backends_reply_from_the_tunnel_goes_back_through_the_kernel() {
     assert_eq!((c.decap_ipip, c.dropped()), (1, 0));
 }
 
+/// Pod A's flows with the host port and the uplink kept by another worker
+/// (`Flows::set_flow_home`, as for a TAP pod's queue, or a veth pod's
+/// stand-in, on a worker that is not the pod's first): here the host
+/// port's packets to A (host -> A; B -> Service -> A: the destination's
+/// worker wins) and from A to beyond the node (A -> Service -> a remote
+/// backend), and A's packets to the host, are given away unprocessed (with
+/// no other worker to take them, each is a counted `tx_ring_full`, no flow
+/// tracked), while the host's packets to B (also A -> Service -> B) and A's
+/// packets to B stay. With A's flows kept here again, the same packets are
+/// tracked and sent here (the test fails if they were given away
+/// regardless, or kept without the flow home).
+#[test]
+fn a_pods_flows_with_the_host_port_go_to_the_worker_that_keeps_them() {
+    let mut node = node();
+    node.worker
+        .pipeline_mut()
+        .flows_mut()
+        .set_flow_home(ports::POD_A, Some(1));
+    let new_flows = |node: &Node| node.worker.pipeline().flows().stats().table.new;
+    let a_to_service = udp_frame(POD_A_MAC, GATEWAY_MAC, POD_A, CLUSTER_IP, 64, &PAYLOAD);
+    let given = [
+        (HOST, from_host(NODE, POD_A, 64)),
+        (HOST, from_host(POD_B, POD_A, 63)),
+        (HOST, from_host(POD_A, REMOTE_POD_IPIP, 63)),
+        (ports::POD_A, a_to_service),
+    ];
+    for (port, f) in &given {
+        assert!(node.send(*port, f).is_empty(), "{port}: {f:?}");
+    }
+    assert_eq!(new_flows(&node), 0);
+    let a_to_b = udp_frame(POD_A_MAC, GATEWAY_MAC, POD_A, POD_B, 64, &PAYLOAD);
+    let kept = [
+        (HOST, from_host(NODE, POD_B, 64), ports::POD_B),
+        (HOST, from_host(POD_A, POD_B, 63), ports::POD_B),
+        (ports::POD_A, a_to_b, ports::POD_B),
+    ];
+    for (port, f, to) in &kept {
+        let out = node.send(*port, f);
+        assert_eq!(out.len(), 1, "{port}: {f:?}");
+        assert_eq!(out[0].0, *to);
+    }
+    // The last two are one flow (the kernel's copy of A -> B, then A's).
+    assert_eq!(new_flows(&node), 2);
+    assert_eq!(node.worker.counters().drops_for(DropReason::TxRingFull), 4);
+    node.worker
+        .pipeline_mut()
+        .flows_mut()
+        .set_flow_home(ports::POD_A, None);
+    let to = [ports::POD_A, ports::POD_A, ports::UPLINK, HOST];
+    for ((port, f), to) in given.iter().zip(to) {
+        let out = node.send(*port, f);
+        assert_eq!(out.len(), 1, "{port}: {f:?}");
+        assert_eq!(out[0].0, to);
+    }
+    assert_eq!(new_flows(&node), 6);
+    let c = finish(&node);
+    assert_eq!(c.drops_for(DropReason::TxRingFull), 4);
+}
+
 fn v6_frame(src_mac: [u8; 6], dst_mac: [u8; 6], src: &str, dst: &str, hop_limit: u8) -> Vec<u8> {
     let src: std::net::Ipv6Addr = src.parse().unwrap();
     let dst: std::net::Ipv6Addr = dst.parse().unwrap();

@@ -340,10 +340,13 @@ impl Dataplane {
         endpoint: &Endpoint,
     ) -> Result<Vec<usize>, EngineError> {
         let owners: Vec<usize> = parts.iter().map(|(w, _)| *w).collect();
-        // A pod port with a part on several workers (a TAP pod's queues):
-        // the worker of its first part keeps its flows with the uplink.
-        let flow_home = (endpoint.kind == crate::endpoint::PortKind::Pod && owners.len() > 1)
-            .then(|| owners[0]);
+        // The worker of a pod port's first part keeps the pod's flows with
+        // the uplink and the host port (a TAP pod has a part on every
+        // worker; a veth pod's only part is its owner): every worker is
+        // told, so a frame of such a flow read elsewhere goes there.
+        let flow_home = (endpoint.kind == crate::endpoint::PortKind::Pod && self.workers.len() > 1)
+            .then(|| owners.first().copied())
+            .flatten();
         let placed = self.homes.place_port(parts, name, link.mac, link.mtu, id);
         for (w, (port, remote)) in placed.into_iter().enumerate() {
             self.send(

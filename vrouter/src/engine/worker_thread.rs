@@ -69,8 +69,8 @@ pub enum WorkerCmd {
         /// The port belongs to another worker (`port` is its stand-in).
         remote: bool,
     },
-    /// The worker that keeps the uplink flows of the pod in slot `id`, a
-    /// pod port with a queue on every worker ([`Worker::set_flow_home`]).
+    /// The worker that keeps the flows of the pod in slot `id` with the
+    /// uplink and the host port ([`Worker::set_flow_home`]).
     FlowHome {
         /// The slot.
         id: PortId,

@@ -42,6 +42,7 @@
 mod forward;
 mod icmp;
 mod ipv6;
+mod police;
 mod superpkt;
 
 use std::collections::HashSet;
@@ -55,7 +56,7 @@ use crate::endpoint::{GATEWAY_V4, PortKind, PortTable};
 use crate::fib::{FibReader, FibSnapshot, NextHop};
 use crate::frame::{FrameArena, FrameDesc, PortId};
 use crate::neigh::{FastHasher, HeldFrame, HeldFrames, MissAction, NeighTable};
-use crate::policy::{Flow, Flows};
+use crate::policy::Flows;
 use crate::wire::ethernet::{self, EtherType};
 use crate::wire::udp::UdpChecksum;
 
@@ -464,140 +465,6 @@ impl Pipeline {
     /// slots belong to other workers).
     pub fn flows_mut(&mut self) -> &mut Flows {
         &mut self.flows
-    }
-
-    /// Network policy for a frame another worker handed over for this
-    /// worker's port `port` (the frame as it will be sent). `false`: the
-    /// frame is dropped; the caller frees it, and it is counted here (by
-    /// reason, and in `handed_dropped`).
-    ///
-    /// A frame marked [`HANDED_FROM_HOST_MAC`] entered from the host port:
-    /// its flow is marked so, and the pod port's MAC is put back. The reply
-    /// of such a flow goes to the host port ([`Handed::ToHost`], MACs
-    /// rewritten here), so the kernel un-DNATs it.
-    pub fn police_handed(&mut self, frame: &mut [u8], port: PortId, now: Instant) -> Handed {
-        let Some(ep) = self.ports.get(port).filter(|e| e.kind == PortKind::Pod) else {
-            return Handed::Send;
-        };
-        let from_host = frame.get(6..12) == Some(&HANDED_FROM_HOST_MAC[..]);
-        if from_host {
-            frame[6..12].copy_from_slice(&ep.mac);
-        }
-        self.flows.begin_batch(now, self.ports.host().is_some());
-        match self.flows.check_handed(frame, port, from_host) {
-            Ok(flow) if flow.reply && flow.from_host && !from_host => {
-                let host = self.ports.host().and_then(|h| {
-                    let e = self.ports.get(h)?;
-                    Some((h, e.mac, e.peer_mac?))
-                });
-                match (host, frame.get_mut(..12)) {
-                    (Some((h, mac, peer)), Some(macs)) => {
-                        macs[..6].copy_from_slice(&peer);
-                        macs[6..].copy_from_slice(&mac);
-                        Handed::ToHost(h)
-                    }
-                    _ => Handed::Send,
-                }
-            }
-            Ok(_) => Handed::Send,
-            Err(reason) => {
-                self.counters.drop(reason);
-                self.counters.handed_dropped += 1;
-                Handed::Drop
-            }
-        }
-    }
-
-    /// Marks a frame from the host port that another worker's pod port
-    /// takes ([`HANDED_FROM_HOST_MAC`]).
-    #[cold]
-    fn mark_handed_from_host(&self, arena: &mut FrameArena, port: PortId, out: FrameDesc) {
-        if self
-            .ports
-            .get(port)
-            .is_some_and(|e| e.kind == PortKind::Pod)
-            && let Some(src) = arena.data_mut(out).get_mut(6..12)
-        {
-            src.copy_from_slice(&HANDED_FROM_HOST_MAC);
-        }
-    }
-
-    /// The policy hook of a routed packet (IP header at `l3`, ending at
-    /// `end`) that entered by `cx.ingress` (of `kind`) and goes to `nh`:
-    /// the source pod's egress and the destination pod's ingress programs
-    /// through the flow table ([`Flows::check`]).
-    #[inline]
-    #[allow(clippy::too_many_arguments)]
-    fn police(
-        &mut self,
-        buf: &[u8],
-        kind: PortKind,
-        nh: NextHop,
-        l3: usize,
-        end: usize,
-        v6: bool,
-        cx: &Cx,
-    ) -> Result<Flow, Verdict> {
-        if !self.flows.tracking() {
-            return Ok(Flow::default());
-        }
-        let ip = buf
-            .get(l3..end)
-            .ok_or(Verdict::Drop(DropReason::ParseError))?;
-        // A pod whose flows with the uplink another worker keeps (a TAP
-        // pod's queue on this worker): a packet towards the uplink goes
-        // there unprocessed, so its replies, which the uplink's RSS may
-        // give any worker, and it meet one table. A flow this worker
-        // already tracks (one that entered from the host port) stays.
-        if kind == PortKind::Pod
-            && let Some(owner) = self.flows.flow_home(cx.ingress)
-            && self.via_uplink(nh)
-            && self.super_segment == 0
-            && !self.flows.tracks(ip, v6)
-        {
-            return Err(Verdict::ToOwner { owner });
-        }
-        let is_pod = |port: PortId| {
-            self.ports
-                .get(port)
-                .is_some_and(|e| e.kind == PortKind::Pod)
-        };
-        let pod_of = |nh: Option<NextHop>| match nh {
-            Some(NextHop::Local { port }) if is_pod(port) => Some(port),
-            _ => None,
-        };
-        let src = match kind {
-            PortKind::Pod => Some(cx.ingress),
-            // What the kernel hands back from a local pod (after
-            // kube-proxy's DNAT) is that pod's flow: tracked in its table
-            // with the "from host" mark, so the replies find it.
-            PortKind::Host if v6 => ip
-                .get(8..24)
-                .and_then(|a| <[u8; 16]>::try_from(a).ok())
-                .and_then(|a| pod_of(cx.fib.lookup_v6(a.into()))),
-            PortKind::Host => ip
-                .get(12..16)
-                .and_then(|a| <[u8; 4]>::try_from(a).ok())
-                .and_then(|a| pod_of(cx.fib.lookup_v4(a.into()))),
-            PortKind::Uplink => None,
-        };
-        // From the uplink to a pod whose flows another worker keeps: that
-        // worker checks it when it takes the hand-off (see `one`).
-        let dst = pod_of(Some(nh))
-            .filter(|&p| kind != PortKind::Uplink || self.flows.flow_home(p).is_none());
-        self.flows
-            .check(ip, v6, src, dst, kind == PortKind::Host)
-            .map_err(Verdict::Drop)
-    }
-
-    /// Whether `nh` leaves by the uplink.
-    #[inline]
-    fn via_uplink(&self, nh: NextHop) -> bool {
-        match nh {
-            NextHop::Encap { .. } => true,
-            NextHop::Gateway { port, .. } => self.ports.uplink() == Some(port),
-            _ => false,
-        }
     }
 
     /// The counters so far.

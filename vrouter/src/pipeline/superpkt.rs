@@ -12,7 +12,8 @@
 //!   pair. One read and one write per super-packet; the counters count it
 //!   once (`rx_packets`/`tx_packets` 1, `super_whole` 1).
 //! - Anywhere else (the uplink, encapsulated or not; a veth pod, possibly
-//!   handed to its owner worker; the host port; UDP): cut into MTU-sized
+//!   handed to its owner worker; the host port; from the host port to a
+//!   TAP pod whose flows another worker keeps; UDP): cut into MTU-sized
 //!   segments first (`brindle_wire::gso`, full checksums), one arena chunk
 //!   each, and each segment goes through the pipeline as a frame of its own
 //!   (counted per segment; `super_cut` counts the super-packets). Hand-off
@@ -118,6 +119,16 @@ impl Pipeline {
         let Some(NextHop::Local { port }) = nh else {
             return None;
         };
+        // From the host port to a pod whose flows another worker keeps:
+        // cut, so the segments can go there (chunks cross, slots do not).
+        if self.flows.flow_home(port).is_some()
+            && self
+                .ports
+                .get(cx.ingress)
+                .is_some_and(|e| e.kind == PortKind::Host)
+        {
+            return None;
+        }
         let segment = g.ip_segment_len();
         let ep = self.ports.get(port)?;
         (self.ports.takes_super(port) && ep.kind == PortKind::Pod && segment <= ep.mtu as usize)

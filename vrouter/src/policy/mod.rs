@@ -22,9 +22,11 @@
 //! checked by that worker when it takes the hand-off
 //! ([`Flows::check_handed`]), against the pod's ingress program. A flow
 //! between two pods of different workers thus has one entry in each
-//! worker's table, each with its own pod's program. A TAP pod has a queue
-//! on every worker: its flows with the uplink live on its flow home
-//! ([`Flows::set_flow_home`]), the others where its tun steers them.
+//! worker's table, each with its own pod's program. A pod's flows with the
+//! uplink and the host port live on its flow home ([`Flows::set_flow_home`]:
+//! a veth pod's owner, a TAP pod's first queue; other workers hand such
+//! packets there); a TAP pod, with a queue on every worker, keeps its flows
+//! with the node's pods where its tun steers them.
 //!
 //! Decisions: a new flow is classified (egress of the source pod, then
 //! ingress of the destination pod: both must allow); allowed flows are
@@ -423,9 +425,9 @@ pub struct Flows {
     capacity: usize,
     /// Port slots owned by another worker (their pods are checked there).
     remote: Vec<bool>,
-    /// Per port slot: the worker that keeps the flows of a pod whose port
-    /// is on every worker (a TAP pod's queues) when that is another one;
-    /// `u16::MAX`: this worker (or not such a port).
+    /// Per port slot: the worker that keeps the pod's flows with the
+    /// uplink and the host port when that is another one; `u16::MAX`: this
+    /// worker (or not a pod port).
     homes: Vec<u16>,
     /// Track flows even without policy (a host port is configured).
     host_port: bool,
@@ -522,11 +524,11 @@ impl Flows {
         self.remote[i] = remote;
     }
 
-    /// Says that the flows of the pod in slot `port` between it and the
-    /// uplink are kept by worker `home` (`None`: by this worker). For a
-    /// pod whose port is on every worker (a TAP pod: one queue each), so
-    /// that both directions of such a flow meet one table: the uplink's
-    /// RSS picks the worker of the replies, not the pod's queue.
+    /// Says that the flows of the pod in slot `port` with the uplink and
+    /// the host port are kept by worker `home` (`None`: by this worker),
+    /// so that both directions of such a flow meet one table: the uplink's
+    /// RSS and the host port's queues pick workers of their own, not the
+    /// pod's (`Pipeline::keeper`).
     pub fn set_flow_home(&mut self, port: PortId, home: Option<usize>) {
         let i = usize::from(port);
         if self.homes.len() <= i {
@@ -535,8 +537,8 @@ impl Flows {
         self.homes[i] = home.and_then(|h| u16::try_from(h).ok()).unwrap_or(u16::MAX);
     }
 
-    /// The worker that keeps the uplink flows of the pod in slot `port`,
-    /// when it is another one ([`Flows::set_flow_home`]).
+    /// The worker that keeps the uplink and host-port flows of the pod in
+    /// slot `port`, when it is another one ([`Flows::set_flow_home`]).
     #[inline]
     pub fn flow_home(&self, port: PortId) -> Option<usize> {
         match self.homes.get(usize::from(port)) {
