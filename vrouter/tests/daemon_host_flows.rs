@@ -25,7 +25,8 @@
 //!
 //! All complete with `conntrack_invalid` 0 and frames handed between
 //! workers unprocessed; host -> the TAP pod on a port its policy does not
-//! allow is a counted `policy_denied` drop.
+//! allow is a counted `policy_denied` drop, and the TAP pod's frames with a
+//! forged source to the node and beyond are counted `spoofed` drops.
 //!
 //! Root only: `cargo test -p brindle-vrouter --test daemon_host_flows -- --include-ignored`.
 
@@ -264,6 +265,25 @@ fn a_pods_flows_through_the_host_port_meet_one_table_whichever_queue_reads_them(
         "host -> TAP pod:8081 is denied"
     );
     assert!(drops(&mut c, "policy_denied")? > denied);
+
+    // Anti-spoofing towards the host port (issue 14, item 6): the TAP pod
+    // sends from an address that is not its own to the node and beyond
+    // it: counted `spoofed`, and the node's kernel never sees the source.
+    node.exec(&[
+        "nft",
+        "add table ip forged; \
+         add chain ip forged pre { type filter hook prerouting priority -300; }; \
+         add rule ip forged pre ip saddr 10.66.6.99 counter",
+    ])?;
+    tap.ip(&["addr", "add", "10.66.6.99/32", "dev", "eth0"])?;
+    let spoofed = drops(&mut c, "spoofed")?;
+    for dst in [peer::NODE, peer::PEER] {
+        let out = tap.exec(&["ping", "-c", "1", "-W", "1", "-I", "10.66.6.99", dst]);
+        assert!(out.is_err(), "forged source to {dst} answered: {out:?}");
+    }
+    assert!(drops(&mut c, "spoofed")? >= spoofed + 2);
+    let rules = node.exec(&["nft", "list", "table", "ip", "forged"])?;
+    assert!(rules.contains("counter packets 0 bytes 0"), "{rules}");
 
     // Frames read on a worker that does not keep their flow went to the
     // one that does, unprocessed.

@@ -354,6 +354,54 @@ fn a_pods_flows_with_the_host_port_go_to_the_worker_that_keeps_them() {
     assert_eq!(c.drops_for(DropReason::TxRingFull), 4);
 }
 
+/// Anti-spoofing on every frame a pod sends towards the host port (issue
+/// 14, item 6): a source that is not the pod's (another pod's, or any
+/// other) to the node, a ClusterIP or the outside, IPv4 and IPv6, is a
+/// counted `spoofed` drop and nothing reaches the host port; the pod's own
+/// sources pass (the test fails if the check were only on pod-to-pod).
+#[test]
+fn every_forged_source_towards_the_host_port_is_a_counted_spoofed_drop() {
+    let mut node = node();
+    node.worker
+        .pipeline_mut()
+        .ports_mut()
+        .get_mut(ports::POD_A)
+        .unwrap()
+        .addrs
+        .push("fd00::2".parse().unwrap());
+    node.fib.insert("::/0".parse().unwrap(), NextHop::Host);
+    let forged = Ipv4Addr::new(10, 65, 0, 99);
+    let v4 = |src| udp_frame(POD_A_MAC, GATEWAY_MAC, src, OUTSIDE, 64, &PAYLOAD);
+    let mut sends = Vec::new();
+    for src in [forged, POD_B, NODE] {
+        for dst in [NODE, CLUSTER_IP, OUTSIDE] {
+            sends.push(udp_frame(POD_A_MAC, GATEWAY_MAC, src, dst, 64, &PAYLOAD));
+        }
+    }
+    for src in ["fd00::3", "fd00::99", "2001:db8::7"] {
+        sends.push(v6_frame(POD_A_MAC, GATEWAY_MAC, src, "2001:db8::1", 64));
+    }
+    for f in &sends {
+        assert!(node.send(ports::POD_A, f).is_empty(), "{f:?}");
+    }
+    assert_eq!(
+        node.worker.counters().drops_for(DropReason::Spoofed),
+        sends.len() as u64
+    );
+    // The pod's own addresses reach the host.
+    let own = [
+        v4(POD_A),
+        v6_frame(POD_A_MAC, GATEWAY_MAC, "fd00::2", "2001:db8::1", 64),
+    ];
+    for f in &own {
+        let out = node.send(ports::POD_A, f);
+        assert_eq!(out.len(), 1, "{f:?}");
+        assert_eq!(out[0].0, HOST);
+    }
+    let c = finish(&node);
+    assert_eq!(c.drops_for(DropReason::Spoofed), sends.len() as u64);
+}
+
 fn v6_frame(src_mac: [u8; 6], dst_mac: [u8; 6], src: &str, dst: &str, hop_limit: u8) -> Vec<u8> {
     let src: std::net::Ipv6Addr = src.parse().unwrap();
     let dst: std::net::Ipv6Addr = dst.parse().unwrap();

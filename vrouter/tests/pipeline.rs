@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use brindle_vrouter::counters::{Counters, DropReason};
 use brindle_vrouter::demo::frames::{self, ethernet, ipv4_header, udp_frame, udp_packet};
-use brindle_vrouter::demo::{Node, addr::*, describe, frames_diff, ports};
+use brindle_vrouter::demo::{Node, VNI, addr::*, describe, frames_diff, ports};
 use brindle_vrouter::endpoint::{GATEWAY_MAC, GATEWAY_V4};
 use brindle_vrouter::fib::{Encap, NextHop};
 use brindle_vrouter::frame::PortId;
@@ -954,6 +954,52 @@ fn with_the_peer_allow_list_only_known_nodes_may_tunnel() {
     assert!(node.send(ports::UPLINK, &unknown).is_empty());
     let c = finish(&node);
     assert_eq!(c.drops_for(DropReason::UnknownTunnelPeer), 2);
+}
+
+/// An empty allow-list (ctrl's list with no other live node) accepts no
+/// tunnel from anyone (issue 14, item 6): IPIP and VXLAN from a node that
+/// was a peer, and from a stranger, are counted `unknown_tunnel_peer`
+/// drops; with no list at all (before ctrl's first SetNode) both pass.
+#[test]
+fn an_empty_peer_allow_list_accepts_no_tunnel_ipip_or_vxlan() {
+    let mut node = Node::new();
+    let inner = udp_packet(REMOTE_POD_IPIP, POD_A, 63, &PAYLOAD);
+    let ipip = frames::ipip_frame(REMOTE_IPIP_MAC, UPLINK_MAC, REMOTE_IPIP, NODE, &inner);
+    let stranger = Ipv4Addr::new(192, 168, 0, 66);
+    let ipip_stranger = frames::ipip_frame(REMOTE_IPIP_MAC, UPLINK_MAC, stranger, NODE, &inner);
+    let inner_eth = udp_frame(
+        vtep_mac(REMOTE_VXLAN),
+        vtep_mac(NODE),
+        REMOTE_POD_VXLAN,
+        POD_A,
+        63,
+        &PAYLOAD,
+    );
+    let vxlan = |from| {
+        frames::vxlan_frame(
+            REMOTE_VXLAN_MAC,
+            UPLINK_MAC,
+            from,
+            NODE,
+            50000,
+            VNI,
+            &inner_eth,
+            0,
+        )
+    };
+    let all = [ipip, ipip_stranger, vxlan(REMOTE_VXLAN), vxlan(stranger)];
+    for f in &all {
+        assert_eq!(node.send(ports::UPLINK, f).len(), 1, "{}", describe(f));
+    }
+    node.worker
+        .pipeline_mut()
+        .set_tunnel_peers(Some(std::iter::empty()));
+    for f in &all {
+        assert!(node.send(ports::UPLINK, f).is_empty(), "{}", describe(f));
+    }
+    let c = finish(&node);
+    assert_eq!(c.drops_for(DropReason::UnknownTunnelPeer), 4);
+    assert_eq!((c.decap_ipip, c.decap_vxlan), (2, 2));
 }
 
 #[test]
