@@ -179,10 +179,15 @@ impl Worker {
     /// both directions of such a flow meet one table whichever worker the
     /// uplink's RSS or the host port's queue gives them. `None`, or this
     /// worker: this worker keeps them.
-    pub fn set_flow_home(&mut self, id: PortId, owner: Option<usize>) {
+    /// `spread`: the port has a part on every worker (a TAP pod), so its
+    /// flows with the node's other pods need one worker too
+    /// ([`crate::policy::Flows::pair_home`]).
+    pub fn set_flow_home(&mut self, id: PortId, owner: Option<usize>, spread: bool) {
         let me = self.home.as_ref().map(FrameHome::worker);
         let away = owner.filter(|&o| me.is_some_and(|me| me != o));
-        self.pipeline.flows_mut().set_flow_home(id, away);
+        let flows = self.pipeline.flows_mut();
+        flows.set_flow_home(id, away);
+        flows.set_spread(id, spread);
     }
 
     /// Shares pod MACs learned from frames between workers: a port's owner
@@ -263,6 +268,7 @@ impl Worker {
         self.remote[i] = false;
         self.pipeline.flows_mut().set_remote(id, false);
         self.pipeline.flows_mut().set_flow_home(id, None);
+        self.pipeline.flows_mut().set_spread(id, false);
         true
     }
 

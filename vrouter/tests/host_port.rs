@@ -295,29 +295,27 @@ fn a_remote_backends_reply_from_the_tunnel_goes_back_through_the_kernel() {
     assert_eq!((c.decap_ipip, c.dropped()), (1, 0));
 }
 
-/// Pod A's flows with the host port and the uplink kept by another worker
-/// (`Flows::set_flow_home`, as for a TAP pod's queue, or a veth pod's
-/// stand-in, on a worker that is not the pod's first): here the host
-/// port's packets to A (host -> A; B -> Service -> A: the destination's
-/// worker wins) and from A to beyond the node (A -> Service -> a remote
-/// backend), and A's packets to the host, are given away unprocessed (with
-/// no other worker to take them, each is a counted `tx_ring_full`, no flow
-/// tracked), while the host's packets to B (also A -> Service -> B) and A's
-/// packets to B stay. With A's flows kept here again, the same packets are
-/// tracked and sent here (the test fails if they were given away
-/// regardless, or kept without the flow home).
+/// TAP pod A's flows with the host port and the uplink kept by another
+/// worker (`Flows::set_flow_home`, `set_spread`: A's queue on a worker that
+/// is not its first): here the host port's packets to A (host -> A) and
+/// from A to beyond the node (A -> Service -> a remote backend), and A's
+/// packets to the host, are given away unprocessed (with no other worker
+/// to take them, each is a counted `tx_ring_full`, no flow tracked), while
+/// the host's packets to B and those between A and B (a Service DNATed
+/// either way: a TAP pod's flows with veth pod B live on B's worker, this
+/// one) and A's packets to B stay. With A's flows kept here again, the
+/// same packets are tracked and sent here (the test fails if they were
+/// given away regardless, or kept without the flow home).
 #[test]
 fn a_pods_flows_with_the_host_port_go_to_the_worker_that_keeps_them() {
     let mut node = node();
-    node.worker
-        .pipeline_mut()
-        .flows_mut()
-        .set_flow_home(ports::POD_A, Some(1));
+    let flows = node.worker.pipeline_mut().flows_mut();
+    flows.set_flow_home(ports::POD_A, Some(1));
+    flows.set_spread(ports::POD_A, true);
     let new_flows = |node: &Node| node.worker.pipeline().flows().stats().table.new;
     let a_to_service = udp_frame(POD_A_MAC, GATEWAY_MAC, POD_A, CLUSTER_IP, 64, &PAYLOAD);
     let given = [
         (HOST, from_host(NODE, POD_A, 64)),
-        (HOST, from_host(POD_B, POD_A, 63)),
         (HOST, from_host(POD_A, REMOTE_POD_IPIP, 63)),
         (ports::POD_A, a_to_service),
     ];
@@ -328,6 +326,7 @@ fn a_pods_flows_with_the_host_port_go_to_the_worker_that_keeps_them() {
     let a_to_b = udp_frame(POD_A_MAC, GATEWAY_MAC, POD_A, POD_B, 64, &PAYLOAD);
     let kept = [
         (HOST, from_host(NODE, POD_B, 64), ports::POD_B),
+        (HOST, from_host(POD_B, POD_A, 63), ports::POD_A),
         (HOST, from_host(POD_A, POD_B, 63), ports::POD_B),
         (ports::POD_A, a_to_b, ports::POD_B),
     ];
@@ -337,13 +336,13 @@ fn a_pods_flows_with_the_host_port_go_to_the_worker_that_keeps_them() {
         assert_eq!(out[0].0, *to);
     }
     // The last two are one flow (the kernel's copy of A -> B, then A's).
-    assert_eq!(new_flows(&node), 2);
-    assert_eq!(node.worker.counters().drops_for(DropReason::TxRingFull), 4);
+    assert_eq!(new_flows(&node), 3);
+    assert_eq!(node.worker.counters().drops_for(DropReason::TxRingFull), 3);
     node.worker
         .pipeline_mut()
         .flows_mut()
         .set_flow_home(ports::POD_A, None);
-    let to = [ports::POD_A, ports::POD_A, ports::UPLINK, HOST];
+    let to = [ports::POD_A, ports::UPLINK, HOST];
     for ((port, f), to) in given.iter().zip(to) {
         let out = node.send(*port, f);
         assert_eq!(out.len(), 1, "{port}: {f:?}");
@@ -351,7 +350,59 @@ fn a_pods_flows_with_the_host_port_go_to_the_worker_that_keeps_them() {
     }
     assert_eq!(new_flows(&node), 6);
     let c = finish(&node);
-    assert_eq!(c.drops_for(DropReason::TxRingFull), 4);
+    assert_eq!(c.drops_for(DropReason::TxRingFull), 3);
+}
+
+/// Two TAP pods (`Flows::set_spread`: either's kernel may send a flow's
+/// packets on any worker's queue): a flow between them lives on the flow
+/// home of the lower slot, A's, another worker here; so A -> B and B -> A,
+/// from the pods and from the host port (after a DNAT), are given away
+/// whichever pod sends, while B's flows with the host stay (B's home is
+/// here). With A's home here they are all tracked and sent here (the test
+/// fails if a direction stayed, or were given away regardless).
+#[test]
+fn flows_between_two_tap_pods_go_to_the_lower_slots_home_both_ways() {
+    let mut node = node();
+    let flows = node.worker.pipeline_mut().flows_mut();
+    flows.set_flow_home(ports::POD_A, Some(1));
+    for p in [ports::POD_A, ports::POD_B] {
+        flows.set_spread(p, true);
+    }
+    let new_flows = |node: &Node| node.worker.pipeline().flows().stats().table.new;
+    let pair = [
+        (
+            ports::POD_A,
+            udp_frame(POD_A_MAC, GATEWAY_MAC, POD_A, POD_B, 64, &PAYLOAD),
+            ports::POD_B,
+        ),
+        (
+            ports::POD_B,
+            udp_reply(POD_B_MAC, GATEWAY_MAC, POD_B, POD_A, 64),
+            ports::POD_A,
+        ),
+        (HOST, from_host(POD_B, POD_A, 63), ports::POD_A),
+    ];
+    for (port, f, _) in &pair {
+        assert!(node.send(*port, f).is_empty(), "{port}: {f:?}");
+    }
+    assert_eq!(new_flows(&node), 0);
+    let out = node.send(HOST, &from_host(NODE, POD_B, 64));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, ports::POD_B);
+    assert_eq!(new_flows(&node), 1);
+    node.worker
+        .pipeline_mut()
+        .flows_mut()
+        .set_flow_home(ports::POD_A, None);
+    for (port, f, to) in &pair {
+        let out = node.send(*port, f);
+        assert_eq!(out.len(), 1, "{port}: {f:?}");
+        assert_eq!(out[0].0, *to);
+    }
+    // A -> B and its reply are one flow.
+    assert_eq!(new_flows(&node), 3);
+    let c = finish(&node);
+    assert_eq!(c.drops_for(DropReason::TxRingFull), 3);
 }
 
 /// Anti-spoofing on every frame a pod sends towards the host port (issue

@@ -364,6 +364,7 @@ impl Dataplane {
                     WorkerCmd::FlowHome {
                         id,
                         owner: flow_home,
+                        spread: owners.len() > 1,
                     },
                 )?;
             }

@@ -76,6 +76,8 @@ pub enum WorkerCmd {
         id: PortId,
         /// The worker.
         owner: Option<usize>,
+        /// The port has a part on every worker (a TAP pod).
+        spread: bool,
     },
     /// Close the port in slot `id`.
     DetachPort {
@@ -318,7 +320,7 @@ fn apply(worker: &mut Worker, cmd: WorkerCmd, stats: &Stats) {
                 tracing::error!(port = id, "port slot out of range");
             }
         }
-        WorkerCmd::FlowHome { id, owner } => worker.set_flow_home(id, owner),
+        WorkerCmd::FlowHome { id, owner, spread } => worker.set_flow_home(id, owner, spread),
         WorkerCmd::DetachPort { id } => {
             worker.detach_port(id);
         }

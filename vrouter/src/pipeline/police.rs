@@ -100,15 +100,7 @@ impl Pipeline {
         let ip = buf
             .get(l3..end)
             .ok_or(Verdict::Drop(DropReason::ParseError))?;
-        let is_pod = |port: PortId| {
-            self.ports
-                .get(port)
-                .is_some_and(|e| e.kind == PortKind::Pod)
-        };
-        let pod_of = |nh: Option<NextHop>| match nh {
-            Some(NextHop::Local { port }) if is_pod(port) => Some(port),
-            _ => None,
-        };
+        let pod_of = |nh| self.pod_of(nh);
         let src = match kind {
             PortKind::Pod => Some(cx.ingress),
             // What the kernel hands back from a local pod (after
@@ -149,6 +141,11 @@ impl Pipeline {
     /// ([`crate::policy::Flows::set_flow_home`]): a pod's flows with the uplink and the
     /// host port live on the worker of its port's first part.
     ///
+    /// - Between two pods of this node (from one, or from the host port
+    ///   after the kernel's DNAT): [`crate::policy::Flows::pair_home`], the
+    ///   same for both directions (a TAP pod's kernel picks any of its
+    ///   queues for a flow's packets, whatever queue the other direction
+    ///   was written on).
     /// - From a pod (a TAP pod's queue on another worker) towards the
     ///   uplink or the host port: the pod's.
     /// - From the host port: the destination pod's (its replies come from
@@ -167,12 +164,40 @@ impl Pipeline {
         cx: &Cx,
     ) -> Option<usize> {
         match kind {
-            PortKind::Pod => {
-                let home = self.flows.flow_home(cx.ingress)?;
-                (nh == NextHop::Host || self.via_uplink(nh)).then_some(home)
-            }
-            PortKind::Host => self.flows.flow_home(dst.or(src)?),
+            PortKind::Pod => match dst {
+                Some(d) => self.flows.pair_home(cx.ingress, d),
+                None => {
+                    let home = self.flows.flow_home(cx.ingress)?;
+                    (nh == NextHop::Host || self.via_uplink(nh)).then_some(home)
+                }
+            },
+            PortKind::Host => self.host_keeper(src, dst),
             PortKind::Uplink => None,
+        }
+    }
+
+    /// [`Pipeline::keeper`] of a packet from the host port.
+    #[inline]
+    pub(super) fn host_keeper(&self, src: Option<PortId>, dst: Option<PortId>) -> Option<usize> {
+        match (src, dst) {
+            (Some(s), Some(d)) => self.flows.pair_home(s, d),
+            (s, d) => self.flows.flow_home(d.or(s)?),
+        }
+    }
+
+    /// The local pod port `nh` leads to, if it does.
+    #[inline]
+    pub(super) fn pod_of(&self, nh: Option<NextHop>) -> Option<PortId> {
+        match nh {
+            Some(NextHop::Local { port })
+                if self
+                    .ports
+                    .get(port)
+                    .is_some_and(|e| e.kind == PortKind::Pod) =>
+            {
+                Some(port)
+            }
+            _ => None,
         }
     }
 

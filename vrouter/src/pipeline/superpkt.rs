@@ -12,8 +12,8 @@
 //!   pair. One read and one write per super-packet; the counters count it
 //!   once (`rx_packets`/`tx_packets` 1, `super_whole` 1).
 //! - Anywhere else (the uplink, encapsulated or not; a veth pod, possibly
-//!   handed to its owner worker; the host port; from the host port to a
-//!   TAP pod whose flows another worker keeps; UDP): cut into MTU-sized
+//!   handed to its owner worker; the host port; a TAP pod whose flow with
+//!   the sender another worker keeps, see `police.rs`; UDP): cut into MTU-sized
 //!   segments first (`brindle_wire::gso`, full checksums), one arena chunk
 //!   each, and each segment goes through the pipeline as a frame of its own
 //!   (counted per segment; `super_cut` counts the super-packets). Hand-off
@@ -105,29 +105,33 @@ impl Pipeline {
     /// the super-packet's length, against the egress MTU).
     fn carries_whole(&self, frame: &[u8], g: &Gso<'_>, hdr: &VnetHdr, cx: &Cx) -> Option<usize> {
         let l3 = g.l3_offset();
-        let nh = match hdr.gso_type {
+        let (nh, src) = match hdr.gso_type {
             GsoType::TcpV4 => {
+                let s: [u8; 4] = frame.get(l3 + 12..l3 + 16)?.try_into().ok()?;
                 let d: [u8; 4] = frame.get(l3 + 16..l3 + 20)?.try_into().ok()?;
-                cx.fib.lookup_v4(d.into())
+                (cx.fib.lookup_v4(d.into()), cx.fib.lookup_v4(s.into()))
             }
             GsoType::TcpV6 => {
+                let s: [u8; 16] = frame.get(l3 + 8..l3 + 24)?.try_into().ok()?;
                 let d: [u8; 16] = frame.get(l3 + 24..l3 + 40)?.try_into().ok()?;
-                cx.fib.lookup_v6(d.into())
+                (cx.fib.lookup_v6(d.into()), cx.fib.lookup_v6(s.into()))
             }
-            _ => None,
+            _ => (None, None),
         };
         let Some(NextHop::Local { port }) = nh else {
             return None;
         };
-        // From the host port to a pod whose flows another worker keeps:
-        // cut, so the segments can go there (chunks cross, slots do not).
-        if self.flows.flow_home(port).is_some()
-            && self
-                .ports
-                .get(cx.ingress)
-                .is_some_and(|e| e.kind == PortKind::Host)
-        {
-            return None;
+        // A flow another worker keeps (`Pipeline::keeper`): cut, so the
+        // segments can go there (chunks cross workers, slots do not).
+        if self.flows.tracking() {
+            let elsewhere = match self.ports.get(cx.ingress).map(|e| e.kind) {
+                Some(PortKind::Host) => self.host_keeper(self.pod_of(src), Some(port)).is_some(),
+                Some(PortKind::Pod) => self.flows.pair_home(cx.ingress, port).is_some(),
+                _ => false,
+            };
+            if elsewhere {
+                return None;
+            }
         }
         let segment = g.ip_segment_len();
         let ep = self.ports.get(port)?;

@@ -25,8 +25,9 @@
 //! worker's table, each with its own pod's program. A pod's flows with the
 //! uplink and the host port live on its flow home ([`Flows::set_flow_home`]:
 //! a veth pod's owner, a TAP pod's first queue; other workers hand such
-//! packets there); a TAP pod, with a queue on every worker, keeps its flows
-//! with the node's pods where its tun steers them.
+//! packets there); a TAP pod's flows with the node's other pods live on
+//! one worker chosen alike for both directions ([`Flows::pair_home`]),
+//! since its kernel may send a flow's packets on any worker's queue.
 //!
 //! Decisions: a new flow is classified (egress of the source pod, then
 //! ingress of the destination pod: both must allow); allowed flows are
@@ -429,6 +430,9 @@ pub struct Flows {
     /// uplink and the host port when that is another one; `u16::MAX`: this
     /// worker (or not a pod port).
     homes: Vec<u16>,
+    /// Per port slot: a pod port with a part on every worker (a TAP pod's
+    /// queues), whose frames any worker may read.
+    spread: Vec<bool>,
     /// Track flows even without policy (a host port is configured).
     host_port: bool,
     epoch: Instant,
@@ -457,6 +461,7 @@ impl Flows {
             capacity: DEFAULT_FLOWS_PER_WORKER,
             remote: Vec::new(),
             homes: Vec::new(),
+            spread: Vec::new(),
             host_port: false,
             epoch: Instant::now(),
             now_ns: 0,
@@ -535,6 +540,41 @@ impl Flows {
             self.homes.resize(i + 1, u16::MAX);
         }
         self.homes[i] = home.and_then(|h| u16::try_from(h).ok()).unwrap_or(u16::MAX);
+    }
+
+    /// Says that the pod port in slot `port` has a part on every worker (a
+    /// TAP pod: one queue each), so any worker may read its frames (or
+    /// not: a veth pod, read by its owner only).
+    pub fn set_spread(&mut self, port: PortId, spread: bool) {
+        let i = usize::from(port);
+        if self.spread.len() <= i {
+            self.spread.resize(i + 1, false);
+        }
+        self.spread[i] = spread;
+    }
+
+    /// Whether the pod port in slot `port` has a part on every worker
+    /// ([`Flows::set_spread`]).
+    #[inline]
+    pub fn is_spread(&self, port: PortId) -> bool {
+        self.spread.get(usize::from(port)).copied().unwrap_or(false)
+    }
+
+    /// The worker that keeps the flows between the local pods `a` and `b`
+    /// when it is another one: the same for both directions (so a flow's
+    /// packets meet one table whichever queue of a TAP pod the kernel
+    /// picks). Two TAP pods: the flow home of the lower slot; a TAP pod
+    /// and a veth pod: the veth pod's owner; two veth pods: none (each
+    /// owner reads its own pod's frames and checks the other's when they
+    /// are handed to it).
+    #[inline]
+    pub fn pair_home(&self, a: PortId, b: PortId) -> Option<usize> {
+        match (self.is_spread(a), self.is_spread(b)) {
+            (true, true) => self.flow_home(a.min(b)),
+            (true, false) => self.flow_home(b),
+            (false, true) => self.flow_home(a),
+            (false, false) => None,
+        }
     }
 
     /// The worker that keeps the uplink and host-port flows of the pod in
