@@ -344,6 +344,21 @@ pub struct PortPoll {
     pub rx_refilled: u32,
 }
 
+/// An AF_XDP port's receive rings, summed over its sockets (queues) on one
+/// worker: the frames it keeps on its fill rings and the kernel's drops
+/// (XDP_STATISTICS), which the pipeline's counters cannot see.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// Frames the port keeps on its fill rings now (its fill target).
+    pub fill_target: u64,
+    /// Frames the kernel dropped because a fill ring was empty.
+    pub fill_ring_empty: u64,
+    /// Frames the kernel dropped because an RX ring was full.
+    pub rx_ring_full: u64,
+    /// Frames the kernel dropped for any reason (these included).
+    pub rx_dropped: u64,
+}
+
 /// A place frames come from and go to: an AF_XDP socket, an AF_PACKET
 /// socket, or an in-memory queue in tests.
 ///
@@ -398,6 +413,12 @@ pub trait Port: Send {
     /// the frames are counted as transmitted as usual.
     fn take_tx_coalesced(&mut self) -> (u64, u64) {
         (0, 0)
+    }
+
+    /// The receive rings' fill target and the kernel's drops (AF_XDP
+    /// ports; a getsockopt per socket, so for snapshots, not per poll).
+    fn ring_stats(&self) -> Option<RingStats> {
+        None
     }
 
     /// Adds to `out` the file descriptors that become readable when frames

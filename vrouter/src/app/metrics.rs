@@ -197,6 +197,51 @@ pub fn render(
             tx_b.get_or_create(&l).inc_by(s.tx_bytes);
         }
     }
+    // AF_XDP ports: the fill target and the kernel's receive drops.
+    let fill = Family::<PortLabels, Gauge<i64>>::default();
+    let fill_empty = Family::<PortLabels, Counter>::default();
+    let ring_full = Family::<PortLabels, Counter>::default();
+    let kernel_drops = Family::<PortLabels, Counter>::default();
+    for (name, id, backend, owners) in ports {
+        for &w in owners {
+            let Some(r) = snapshots
+                .get(w)
+                .and_then(|s| s.rings.get(*id as usize).copied().flatten())
+            else {
+                continue;
+            };
+            let l = PortLabels {
+                port: name.clone(),
+                backend: (*backend).into(),
+                worker: w.to_string(),
+            };
+            fill.get_or_create(&l)
+                .set(i64::try_from(r.fill_target).unwrap_or(i64::MAX));
+            fill_empty.get_or_create(&l).inc_by(r.fill_ring_empty);
+            ring_full.get_or_create(&l).inc_by(r.rx_ring_full);
+            kernel_drops.get_or_create(&l).inc_by(r.rx_dropped);
+        }
+    }
+    registry.register(
+        "port_xsk_fill_target",
+        "Frames an AF_XDP port keeps on its fill rings (grows while the kernel drains them)",
+        fill,
+    );
+    registry.register(
+        "port_xsk_fill_ring_empty",
+        "Frames the kernel dropped because the port's fill ring was empty (XDP_STATISTICS)",
+        fill_empty,
+    );
+    registry.register(
+        "port_xsk_rx_ring_full",
+        "Frames the kernel dropped because the port's RX ring was full (XDP_STATISTICS)",
+        ring_full,
+    );
+    registry.register(
+        "port_xsk_rx_dropped",
+        "Frames the kernel dropped on the port's sockets, any reason (XDP_STATISTICS)",
+        kernel_drops,
+    );
     registry.register("port_rx_packets", "Frames received on the port", rx_p);
     registry.register("port_rx_bytes", "Bytes received on the port", rx_b);
     registry.register("port_tx_packets", "Frames transmitted on the port", tx_p);

@@ -22,7 +22,7 @@ use crate::counters::Counters;
 use crate::endpoint::Endpoint;
 use crate::fib::Fib;
 use crate::frame::FrameArena;
-use crate::frame::{Port, PortId};
+use crate::frame::{Port, PortId, RingStats};
 use crate::pipeline::PipelineConfig;
 use crate::policy::{Counts, FlowStats, RuleKey};
 use crate::port::handoff::FrameHomes;
@@ -115,6 +115,8 @@ pub struct WorkerSnapshot {
     pub counters: Counters,
     /// Per port slot.
     pub ports: Vec<PortStats>,
+    /// Per port slot: an AF_XDP port's fill target and kernel drops.
+    pub rings: Vec<Option<RingStats>>,
     /// Loops that received frames.
     pub busy_polls: u64,
     /// Loops that received none.
@@ -351,6 +353,9 @@ fn snapshot(worker: &Worker, stats: &Stats) -> WorkerSnapshot {
     let ports = (0..worker.port_slots())
         .map(|i| worker.port_stats(i as PortId).unwrap_or_default())
         .collect();
+    let rings = (0..worker.port_slots())
+        .map(|i| worker.port(i as PortId).and_then(|p| p.ring_stats()))
+        .collect();
     // Snapshots are taken on the worker's own thread (between polls).
     let (cpu_user_us, cpu_system_us) = thread_cpu_us();
     WorkerSnapshot {
@@ -358,6 +363,7 @@ fn snapshot(worker: &Worker, stats: &Stats) -> WorkerSnapshot {
         cpu_system_us,
         counters: worker.counters(),
         ports,
+        rings,
         busy_polls: stats.busy,
         idle_polls: stats.idle,
         batch_sizes: stats.batches,

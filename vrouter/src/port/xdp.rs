@@ -16,7 +16,10 @@
 //! Many ports draw on one worker's part of the UMEM, so a port starts with a
 //! small fill target ([`XdpPortConfig::pod_fill_start`], 16 frames for a
 //! pod: a first burst such as a TCP initial window) and doubles it up to its
-//! budget only when it drains its ring and the arena has frames to spare.
+//! budget only when the kernel drains its ring (three quarters taken from
+//! the fill ring between two refills, read from the ring's consumer index:
+//! the worker reads at most a burst per poll, so counting its reads never
+//! grew a 256-frame uplink target) and the arena has frames to spare.
 //! A fixed 128 per pod parked the whole arena on the fill rings of the
 //! first ~8 pods of a worker, and every later pod lost its first packets
 //! (`fill_ring_empty`, issue 17); now an idle pod holds 16 frames (32 KiB).
@@ -27,7 +30,7 @@ use brindle_xsk::{
     Desc, Role, Steering, Umem, UmemHandle, XdpAttachment, XdpMode, XskConfig, XskSocket,
 };
 
-use crate::frame::{ArenaMemory, FrameArena, FrameDesc, Port, PortPoll};
+use crate::frame::{ArenaMemory, FrameArena, FrameDesc, Port, PortPoll, RingStats};
 use crate::pipeline::BURST;
 use crate::port::handoff::FrameHome;
 
@@ -82,8 +85,10 @@ struct Queue {
     /// Frames to keep on the fill ring now: starts small, doubles up to
     /// the port's budget while the queue drains it (see the module doc).
     target: u32,
-    /// Frames received since the last refill.
-    took: u32,
+    /// Frames on the fill ring right after the last refill: what the
+    /// kernel took of them since is the queue's demand (the worker reads
+    /// at most a burst per poll, so its own reads cannot show it).
+    after_refill: u32,
 }
 
 /// A port on AF_XDP sockets: one per receive queue of the interface (RSS
@@ -304,7 +309,7 @@ impl XdpPort {
                 socket,
                 on_fill_ring: 0,
                 target: 0,
-                took: 0,
+                after_refill: 0,
             });
         }
         let attachment = steering.attach(ifindex, role, config.xdp_mode)?;
@@ -488,7 +493,6 @@ impl Port for XdpPort {
             }
             let n = q.socket.rx_burst(&mut self.descs[..max - total]);
             q.on_fill_ring = q.on_fill_ring.saturating_sub(n as u32);
-            q.took = q.took.saturating_add(n as u32);
             for (out, d) in descs[total..].iter_mut().zip(&self.descs[..n]) {
                 *out = FrameDesc {
                     addr: d.addr,
@@ -549,9 +553,11 @@ impl Port for XdpPort {
         }
         let spare = arena.free_count() > (arena.frames() / 8) as usize;
         for q in &mut self.queues {
-            q.target = grown_target(q.target, q.took, self.fill_budget, spare);
-            q.took = 0;
+            let pending = q.socket.fill_pending();
+            let taken = q.after_refill.saturating_sub(pending);
+            q.target = grown_target(q.target, taken, self.fill_budget, spare);
             let want = (q.target.saturating_sub(q.on_fill_ring) as usize).min(self.addrs.len());
+            q.after_refill = pending;
             let mut got = 0;
             while got < want {
                 match arena.alloc() {
@@ -571,6 +577,7 @@ impl Port for XdpPort {
                     arena.free(a);
                 }
                 q.on_fill_ring += filled as u32;
+                q.after_refill += filled as u32;
                 result.rx_refilled += filled as u32;
             }
             if !self.busy_poll && q.socket.fill_needs_wakeup() {
@@ -585,6 +592,19 @@ impl Port for XdpPort {
 
     fn wait_fds<'a>(&'a self, out: &mut Vec<std::os::fd::BorrowedFd<'a>>) {
         out.extend(self.queues.iter().map(|q| q.socket.fd()));
+    }
+
+    fn ring_stats(&self) -> Option<RingStats> {
+        let mut r = RingStats::default();
+        for q in &self.queues {
+            r.fill_target += u64::from(q.target);
+            if let Ok(st) = q.socket.stats() {
+                r.fill_ring_empty += st.fill_ring_empty;
+                r.rx_ring_full += st.rx_ring_full;
+                r.rx_dropped += st.rx_dropped;
+            }
+        }
+        Some(r)
     }
 
     fn release(self: Box<Self>, arena: &mut FrameArena) {
@@ -635,11 +655,11 @@ impl Port for XdpPort {
 
 /// Marks the chunk of `addr` as held by the port or not.
 #[inline]
-/// A queue's next fill target: doubled (up to `budget`) when it received
-/// three quarters of its target since the last refill and the arena has
-/// frames to `spare`, else unchanged.
-fn grown_target(target: u32, took: u32, budget: u32, spare: bool) -> u32 {
-    if spare && took >= target - target / 4 && target < budget {
+/// A queue's next fill target: doubled (up to `budget`) when the kernel
+/// took three quarters of its target from the fill ring since the last
+/// refill and the arena has frames to `spare`, else unchanged.
+fn grown_target(target: u32, taken: u32, budget: u32, spare: bool) -> u32 {
+    if spare && taken >= target - target / 4 && target < budget {
         (target * 2).min(budget)
     } else {
         target

@@ -149,6 +149,11 @@ impl Vrouter {
         &self.ready
     }
 
+    /// The process id (`ip netns exec` execs the vrouter in place).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Kills the process with SIGKILL (no clean-up of its own).
     pub fn kill(mut self) -> Result<()> {
         if let Some(mut child) = self.child.take() {

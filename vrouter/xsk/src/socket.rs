@@ -419,6 +419,12 @@ impl XskSocket {
         self.comp.consume_addrs(out)
     }
 
+    /// Frames on the fill ring that the kernel has not taken yet (to
+    /// receive into); refreshes the kernel's consumer index.
+    pub fn fill_pending(&mut self) -> u32 {
+        self.fill.outstanding()
+    }
+
     /// Frames on the TX ring that the kernel has not taken yet.
     pub fn tx_pending(&mut self) -> u32 {
         self.tx.outstanding()
