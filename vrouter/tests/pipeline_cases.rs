@@ -706,7 +706,21 @@ mod xdp {
                 mac: [0x02, 0, 0, 0, 0, next as u8],
                 mtu: 1700,
             };
-            match XdpPort::open(&handle, &steering, ifname, Role::All, link, &config) {
+            // The previous case's sockets on this queue are closed, but the
+            // kernel clears the queue's pool in deferred work: a bind can
+            // meet it still there (EBUSY) for a moment.
+            let open = || XdpPort::open(&handle, &steering, ifname, Role::All, link, &config);
+            let mut opened = open();
+            for _ in 0..100 {
+                match &opened {
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                        std::thread::sleep(Duration::from_millis(10));
+                        opened = open();
+                    }
+                    _ => break,
+                }
+            }
+            match opened {
                 Ok(p) => Box::new(p) as Box<dyn Port>,
                 Err(e) => {
                     error.get_or_insert(anyhow::anyhow!("AF_XDP port on {ifname}: {e}"));
