@@ -18,8 +18,10 @@
 //!   is routed natively, or, with a host port, handed to the node's kernel
 //!   (a ClusterIP must meet this node's kube-proxy, traffic to the outside
 //!   its natOutgoing masquerade).
+//! - With a host port, every node that announces a block is routed like
+//!   that block ([`node_routes`]): its underlay address as a /32.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use brindle_api::Encapsulation;
@@ -77,6 +79,42 @@ pub fn route_for(best: &BestRoute, pools: &[PoolRouting], underlay: &Underlay) -
         prefix: best.prefix,
         target,
     }
+}
+
+/// With a host port, the vrouter routes the address of every node that
+/// announces a block in a pool like that block: `<next hop>/32` with the
+/// block's target (IPIP or VXLAN to the node, or natively via it). A pod's
+/// packets to another node's address then leave from the vrouter by the
+/// pod path, never through this node's kernel, so the replies to another
+/// node's own traffic (its host → our pod, its kube-proxy's NodePort DNAT
+/// and masquerade to a backend here) go back to that node's vrouter and
+/// its kernel, whose conntrack saw the request. Handed to this node's
+/// kernel, such a reply meets no conntrack entry: an ICMP echo reply or a
+/// SYN-ACK is INVALID, a TCP segment picked up mid-stream is masqueraded
+/// by natOutgoing. A learned prefix equal to such a /32 keeps its own
+/// route (the caller leaves it out); without a host port there is none:
+/// the uplink's kernel route reaches the nodes.
+pub fn node_routes<'a>(
+    learned: impl IntoIterator<Item = &'a BestRoute>,
+    pools: &[PoolRouting],
+    underlay: &Underlay,
+) -> BTreeMap<IpNet, RouteTarget> {
+    let mut out = BTreeMap::new();
+    if !underlay.host_port {
+        return out;
+    }
+    for best in learned {
+        let IpAddr::V4(node) = best.next_hop else {
+            continue;
+        };
+        if !pools.iter().any(|p| p.cidr.contains(&best.prefix)) {
+            continue;
+        }
+        // The block's pool decides the target, not the /32 (in no pool).
+        out.entry(IpNet::from(IpAddr::V4(node)))
+            .or_insert_with(|| route_for(best, pools, underlay).target);
+    }
+    out
 }
 
 /// The vrouter request for one change of the BGP best routes (the speaker
@@ -382,5 +420,39 @@ mod tests {
         };
         let host = route_for(&best("10.244.1.7/32", "192.168.0.13"), &pools("none"), &u);
         assert_eq!(host.target, gateway("192.168.0.13"));
+    }
+
+    #[test]
+    fn with_a_host_port_each_node_announcing_a_block_is_routed_like_that_block() {
+        let host = Underlay {
+            host_port: true,
+            ..underlay()
+        };
+        let learned = [
+            best("10.244.1.0/26", "192.168.0.12"),
+            best("10.244.1.64/26", "192.168.0.12"),
+            best("10.244.2.0/26", "10.0.9.13"),
+            // Outside every pool: no node route from it.
+            best("172.16.0.0/16", "192.168.0.14"),
+        ];
+        let routes = node_routes(&learned, &pools("ipip_cross_subnet"), &host);
+        let got: Vec<(String, RouteTarget)> = routes
+            .into_iter()
+            .map(|(p, t)| (p.to_string(), t))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.9.13/32".to_string(), encap(Encap::Ipip, "10.0.9.13")),
+                ("192.168.0.12/32".to_string(), gateway("192.168.0.12")),
+            ]
+        );
+        let vxlan = node_routes(&learned[..1], &pools("vxlan"), &host);
+        assert_eq!(
+            vxlan.values().collect::<Vec<_>>(),
+            [&encap(Encap::Vxlan, "192.168.0.12")]
+        );
+        // Without a host port the kernel's uplink routes reach the nodes.
+        assert!(node_routes(&learned, &pools("ipip"), &underlay()).is_empty());
     }
 }

@@ -31,7 +31,9 @@ use crate::metrics::Metrics;
 use crate::programming::Work;
 use crate::programming::desired::{endpoint_added, endpoint_removed};
 use crate::registry::{NodeRecord, WantedPeer, mesh_peers, wanted_peers};
-use crate::routing::{PoolRouting, Underlay, block_diff, borrowed, request_for, route_for};
+use crate::routing::{
+    PoolRouting, Underlay, block_diff, borrowed, node_routes, request_for, route_for,
+};
 
 /// The daemon's state.
 pub struct Owner {
@@ -49,6 +51,9 @@ pub struct Owner {
     /// Learned best routes, re-routed when the pools change.
     learned: BTreeMap<IpNet, BestRoute>,
     underlay: Underlay,
+    /// The other nodes' addresses as routed in the vrouter, as last sent
+    /// ([`node_routes`]: with a host port only).
+    node_routes: BTreeMap<IpNet, RouteTarget>,
 
     // ----- what we announce -----
     /// Our blocks: announced, and programmed as blackholes so addresses of
@@ -157,6 +162,7 @@ impl Owner {
             pools,
             learned: BTreeMap::new(),
             underlay,
+            node_routes: BTreeMap::new(),
             blocks: BTreeSet::new(),
             foreign_blocks: BTreeSet::new(),
             borrowed: BTreeSet::new(),
@@ -364,6 +370,42 @@ impl Owner {
             &self.pools,
             &self.underlay,
         )]));
+        self.update_node_routes(out);
+    }
+
+    /// Sends the changes of the other nodes' /32 routes ([`node_routes`]).
+    fn update_node_routes(&mut self, out: &mut Vec<Effect>) {
+        let want: BTreeMap<IpNet, RouteTarget> =
+            node_routes(self.learned.values(), &self.pools, &self.underlay)
+                .into_iter()
+                .filter(|(p, _)| !self.learned.contains_key(p))
+                .collect();
+        if want == self.node_routes {
+            return;
+        }
+        let gone: Vec<IpNet> = self
+            .node_routes
+            .keys()
+            .filter(|p| !want.contains_key(p))
+            .copied()
+            .collect();
+        let changed: Vec<Route> = want
+            .iter()
+            .filter(|(p, t)| self.node_routes.get(p) != Some(t))
+            .map(|(p, t)| Route {
+                prefix: *p,
+                target: t.clone(),
+            })
+            .collect();
+        let mut reqs = Vec::new();
+        if !gone.is_empty() {
+            reqs.push(VrouterRequest::RemoveRoutes { prefixes: gone });
+        }
+        if !changed.is_empty() {
+            reqs.push(VrouterRequest::AddRoutes { routes: changed });
+        }
+        self.node_routes = want;
+        out.push(apply(reqs));
     }
 
     /// A pool change (a new pool, another encapsulation) routes every
@@ -386,6 +428,7 @@ impl Owner {
             );
             out.push(apply(vec![VrouterRequest::AddRoutes { routes }]));
         }
+        self.update_node_routes(out);
     }
 
     // ===== the datastore view: blocks, mesh, readiness =====

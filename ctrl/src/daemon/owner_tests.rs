@@ -893,14 +893,26 @@ fn with_a_host_port_the_vrouter_gets_it_and_the_kernel_routes_every_pod_prefix_i
         o.handle(Event::Route(RouteChange::Added(best(p, peer))), &mut out);
     }
     o.flush(&mut out);
-    assert_eq!(out.len(), 4, "{out:?}");
+    assert_eq!(out.len(), 5, "{out:?}");
+    // The peer's own address, once, routed like its block (issue 14: the
+    // replies to its host's traffic go back through its vrouter).
+    let peer_route = apply(vec![VrouterRequest::AddRoutes {
+        routes: vec![Route {
+            prefix: net("10.99.0.12/32"),
+            target: RouteTarget::Encap {
+                encap: brindle_api::vrouter::Encap::Ipip,
+                remote: peer,
+            },
+        }],
+    }]);
+    assert_eq!(out[1], peer_route);
     assert_eq!(
-        out[2],
+        out[3],
         apply(vec![VrouterRequest::AddRoutes {
             routes: vec![host_route("10.96.0.0/12")]
         }])
     );
-    assert_eq!(out[3], host_state(&["10.244.0.77/32", "10.244.1.0/26"]));
+    assert_eq!(out[4], host_state(&["10.244.0.77/32", "10.244.1.0/26"]));
 
     // Our own block joins; a withdrawn remote block leaves; nothing new, no
     // effect.
@@ -926,6 +938,20 @@ fn with_a_host_port_the_vrouter_gets_it_and_the_kernel_routes_every_pod_prefix_i
     let mut out = Vec::new();
     o.flush(&mut out);
     assert_eq!(out, vec![]);
+
+    // The peer's last pod prefix withdrawn: its address route goes too.
+    let out = run(
+        &mut o,
+        Event::Route(RouteChange::Removed {
+            prefix: net("10.244.0.77/32"),
+        }),
+    );
+    assert!(
+        out.contains(&apply(vec![VrouterRequest::RemoveRoutes {
+            prefixes: vec![net("10.99.0.12/32")]
+        }])),
+        "{out:?}"
+    );
 }
 
 #[test]
