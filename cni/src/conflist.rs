@@ -51,6 +51,12 @@ pub struct ConflistParams {
     /// `cores = "auto"` is not known where the conflist is written); the
     /// lab, which knows its vrouters' workers, gives their count.
     pub tap_queues: u16,
+    /// The node's vrouter has a host port (ctrl's `[vrouter] host_port`):
+    /// the brindle plugin gets `"hostPort": true` (no `/32 dev <veth>`
+    /// route for a veth pod: the node reaches it through the host port).
+    /// Not in the template: a list without it means `false`, so deploy's
+    /// rendered conflist stays as it is while its nodes have no host port.
+    pub host_port: bool,
 }
 
 impl Default for ConflistParams {
@@ -65,6 +71,7 @@ impl Default for ConflistParams {
             ipam: json!({"type": "brindle-ipam"}),
             interface_kind: InterfaceKind::Tap,
             tap_queues: 1,
+            host_port: false,
         }
     }
 }
@@ -87,7 +94,13 @@ pub fn render(p: &ConflistParams) -> Result<NetConfList, serde_json::Error> {
         .replace("${INTERFACE_KIND}", p.interface_kind.as_str())
         .replace("${BANDWIDTH}", bandwidth_plugin(p.interface_kind))
         .replace("${TAP_QUEUES}", &p.tap_queues.to_string());
-    serde_json::from_str(&text)
+    let mut list: NetConfList = serde_json::from_str(&text)?;
+    if p.host_port
+        && let Some(brindle) = list.plugins.first_mut()
+    {
+        brindle.insert("hostPort".into(), Value::Bool(true));
+    }
+    Ok(list)
 }
 
 #[cfg(test)]
@@ -152,5 +165,21 @@ mod tests {
             (cfg.interface_kind, cfg.tap_queues),
             (InterfaceKind::Tap, 1)
         );
+        assert!(!cfg.host_port);
+        assert!(tap.plugins[0].get("hostPort").is_none());
+    }
+
+    #[test]
+    fn a_node_with_a_host_port_gets_host_port_true_in_the_brindle_plugin() {
+        let list = render(&ConflistParams {
+            host_port: true,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(list.plugins[0]["hostPort"], true);
+        let conf = list.plugin_conf(0, &Map::new(), None).unwrap();
+        let conf = brindle_api::cni::NetConf::parse(conf.to_string().as_bytes()).unwrap();
+        let cfg = crate::config::BrindleConfig::from_conf(&conf).unwrap();
+        assert!(cfg.host_port);
     }
 }

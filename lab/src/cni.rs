@@ -90,6 +90,9 @@ pub(crate) fn install_cni(cfg: &LabConfig) -> Result<()> {
             interface_kind: cfg.pod_interface,
             // The vrouter's workers.
             tap_queues: cfg.workers(),
+            // ctrl's host port is on: no veth host route (host -> pod goes
+            // through brindle0 and the vrouter, which sees both ways).
+            host_port: cfg.host_port,
             ..ConflistParams::default()
         })?;
         let dir = cni_conf_dir(n);
