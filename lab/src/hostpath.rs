@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::cni::Pod;
-use crate::exec::{in_ns, sh_within};
+use crate::exec::{in_ns, sh_within, wait_for};
 use crate::{LabConfig, UNDERLAY_NS, node_ns};
 
 /// The Service's ClusterIP, port, the backends' port and the NodePort.
@@ -95,16 +95,31 @@ impl Drop for Servers {
 }
 
 /// A socat server in `ns` on `port` that answers every connection with
-/// `reply` (a shell word: `$SOCAT_PEERADDR` is the client's address).
+/// `reply` (a shell word: `$SOCAT_PEERADDR` is the client's address),
+/// returned once it listens (a first client sooner was refused: the first
+/// pod -> outside row failed so).
 fn server(ns: &str, port: u16, reply: &str) -> Result<Child> {
-    in_ns(ns, "socat")
+    let child = in_ns(ns, "socat")
         .arg(format!("TCP-LISTEN:{port},reuseaddr,fork"))
         .arg(format!("SYSTEM:echo {reply}"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .with_context(|| format!("socat server in {ns}"))
+        .with_context(|| format!("socat server in {ns}"))?;
+    let mut servers = Servers(vec![child]);
+    wait_for(
+        &format!("socat listening on {ns}:{port}"),
+        Duration::from_secs(10),
+        || {
+            sh_within(
+                in_ns(ns, "ss").args(["-Hltn", &format!("sport = :{port}")]),
+                Duration::from_secs(5),
+            )
+            .is_ok_and(|out| !out.trim().is_empty())
+        },
+    )?;
+    Ok(servers.0.remove(0))
 }
 
 /// What a TCP server at `addr:port` answers a client in `ns`.
