@@ -21,6 +21,7 @@
 //! `invalid_request` for a malformed endpoint.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -125,6 +126,14 @@ pub struct Endpoint {
     #[serde(default, skip_serializing_if = "PodInterface::is_veth")]
     pub interface: PodInterface,
 }
+
+/// How long the daemon's `add_endpoint` waits, at most, for the vrouter to
+/// acknowledge the pod's port before it answers (so the pod's first packets
+/// meet an attached port). A plugin's exchange timeout must outlast it with
+/// room for the datastore write and a node's parallel ADDs queueing at it:
+/// the CNI plugin's default is 10 s (was 2 s, which rolled back ADDs the
+/// daemon completed when 110 TAP pods started at once).
+pub const ADD_PORT_WAIT: Duration = Duration::from_millis(1500);
 
 /// A request from the CNI plugin to the node daemon.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -122,7 +122,10 @@ impl Default for BrindleConfig {
             interface_kind: InterfaceKind::default(),
             tap_queues: 1,
             require_daemon: true,
-            daemon_timeout_ms: 2000,
+            // Bounds a daemon that hangs, not a slow ADD: the daemon may
+            // wait up to ADD_PORT_WAIT for the vrouter after storing the
+            // endpoint, behind the node's other ADDs.
+            daemon_timeout_ms: 10_000,
             host_port: false,
             log_level: "info".to_string(),
             log_file: None,
@@ -194,6 +197,16 @@ mod tests {
         assert_eq!(cfg, BrindleConfig::default());
         assert!(cfg.require_daemon);
         assert_eq!(cfg.ctrl_socket, PathBuf::from("/run/brindle/ctrl.sock"));
+    }
+
+    #[test]
+    fn the_default_exchange_outlasts_the_daemons_wait_for_the_port() {
+        // ADD's exchange includes the daemon's wait for the vrouter's port
+        // after the datastore write, behind the node's other ADDs: with
+        // 2 s against a 1.5 s wait, 110 parallel TAP ADDs timed out and
+        // rolled back ADDs the daemon had completed.
+        let wait = brindle_api::endpoint::ADD_PORT_WAIT;
+        assert!(BrindleConfig::default().daemon_timeout() >= wait * 5);
     }
 
     #[test]

@@ -31,10 +31,10 @@ use crate::health::HealthWatch;
 use crate::programming::acks::PortAcks;
 use crate::programming::desired::endpoint_added;
 
-/// How long ADD waits for the vrouter to acknowledge the pod's port: under
-/// the CNI plugin's default daemon timeout (2 s), so a slow vrouter costs
-/// the wait, not a failed ADD.
-pub const PORT_WAIT: Duration = Duration::from_millis(1500);
+/// How long ADD waits for the vrouter to acknowledge the pod's port: well
+/// under the CNI plugin's default daemon timeout (10 s), so a slow vrouter
+/// costs the wait, not a failed ADD ([`brindle_api::endpoint::ADD_PORT_WAIT`]).
+pub const PORT_WAIT: Duration = brindle_api::endpoint::ADD_PORT_WAIT;
 
 /// Endpoint records of one node.
 #[derive(Clone)]
