@@ -79,8 +79,9 @@ pub struct HandoffStats {
     pub drops: u64,
     /// Chunks of this worker's range returned by other workers.
     pub returned: u64,
-    /// Frames this worker received from a pod whose flows another worker
-    /// keeps, handed to that worker unprocessed (in `out` too).
+    /// Frames this worker received of a flow another worker keeps (from a
+    /// TAP pod's queue or the host port), handed to that worker
+    /// unprocessed (in `out` too).
     pub redirected: u64,
 }
 

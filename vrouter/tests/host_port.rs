@@ -405,6 +405,57 @@ fn flows_between_two_tap_pods_go_to_the_lower_slots_home_both_ways() {
     assert_eq!(c.drops_for(DropReason::TxRingFull), 3);
 }
 
+/// IPv6 meets the same rule: with TAP pod A's flows kept by another
+/// worker, host -> A and A -> the host (fd00::/8 outside the pods, through
+/// the default route) are given away; with A's flows kept here both are
+/// tracked and sent.
+#[test]
+fn ipv6_flows_of_a_pod_with_the_host_port_go_to_the_worker_that_keeps_them() {
+    let mut node = node();
+    node.worker
+        .pipeline_mut()
+        .ports_mut()
+        .get_mut(ports::POD_A)
+        .unwrap()
+        .addrs
+        .push("fd00::2".parse().unwrap());
+    node.fib.insert(
+        "fd00::2/128".parse().unwrap(),
+        NextHop::Local { port: ports::POD_A },
+    );
+    node.fib.insert("::/0".parse().unwrap(), NextHop::Host);
+    let flows = node.worker.pipeline_mut().flows_mut();
+    flows.set_flow_home(ports::POD_A, Some(1));
+    flows.set_spread(ports::POD_A, true);
+    let sends = [
+        (
+            HOST,
+            v6_frame(HOST_MAC, GATEWAY_MAC, "2001:db8::1", "fd00::2", 64),
+            ports::POD_A,
+        ),
+        (
+            ports::POD_A,
+            v6_frame(POD_A_MAC, GATEWAY_MAC, "fd00::2", "2001:db8::1", 64),
+            HOST,
+        ),
+    ];
+    for (port, f, _) in &sends {
+        assert!(node.send(*port, f).is_empty(), "{port}: {f:?}");
+    }
+    node.worker
+        .pipeline_mut()
+        .flows_mut()
+        .set_flow_home(ports::POD_A, None);
+    for (port, f, to) in &sends {
+        let out = node.send(*port, f);
+        assert_eq!(out.len(), 1, "{port}: {f:?}");
+        assert_eq!(out[0].0, *to);
+    }
+    let c = finish(&node);
+    assert_eq!(c.drops_for(DropReason::TxRingFull), 2);
+    assert_eq!(node.worker.pipeline().flows().stats().table.new, 2);
+}
+
 /// Anti-spoofing on every frame a pod sends towards the host port (issue
 /// 14, item 6): a source that is not the pod's (another pod's, or any
 /// other) to the node, a ClusterIP or the outside, IPv4 and IPv6, is a

@@ -360,7 +360,7 @@ const WORKER_SERIES: [(&str, &str); 28] = [
     ("worker_gro_segments", "Frames those GRO super-packets held"),
     (
         "worker_handoff_redirected",
-        "Frames from a TAP pod's queue handed unprocessed to the worker keeping its uplink flows",
+        "Frames of a pod's flow read by another worker (a TAP pod's queue, the host port) handed unprocessed to the worker keeping the flow",
     ),
 ];
 
