@@ -343,7 +343,9 @@ impl Dataplane {
         // The worker of a pod port's first part keeps the pod's flows with
         // the uplink and the host port (a TAP pod has a part on every
         // worker; a veth pod's only part is its owner): every worker is
-        // told, so a frame of such a flow read elsewhere goes there.
+        // told with the port (one command: the port and its flow home are
+        // in force together), so a frame of such a flow read elsewhere goes
+        // there.
         let flow_home = (endpoint.kind == crate::endpoint::PortKind::Pod && self.workers.len() > 1)
             .then(|| owners.first().copied())
             .flatten();
@@ -356,18 +358,10 @@ impl Dataplane {
                     port,
                     endpoint: endpoint.clone(),
                     remote,
+                    flow_home,
+                    spread: flow_home.is_some() && owners.len() > 1,
                 },
             )?;
-            if flow_home.is_some() {
-                self.send(
-                    w,
-                    WorkerCmd::FlowHome {
-                        id,
-                        owner: flow_home,
-                        spread: owners.len() > 1,
-                    },
-                )?;
-            }
         }
         Ok(owners)
     }

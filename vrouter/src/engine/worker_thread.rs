@@ -68,14 +68,10 @@ pub enum WorkerCmd {
         endpoint: Endpoint,
         /// The port belongs to another worker (`port` is its stand-in).
         remote: bool,
-    },
-    /// The worker that keeps the flows of the pod in slot `id` with the
-    /// uplink and the host port ([`Worker::set_flow_home`]).
-    FlowHome {
-        /// The slot.
-        id: PortId,
-        /// The worker.
-        owner: Option<usize>,
+        /// The worker that keeps the pod's flows with the uplink and the
+        /// host port ([`Worker::set_flow_home`]; `None`: not a pod port of
+        /// several workers).
+        flow_home: Option<usize>,
         /// The port has a part on every worker (a TAP pod).
         spread: bool,
     },
@@ -317,12 +313,15 @@ fn apply(worker: &mut Worker, cmd: WorkerCmd, stats: &Stats) {
             port,
             endpoint,
             remote,
+            flow_home,
+            spread,
         } => {
-            if !worker.set_port_remote(id, port, endpoint, remote) {
+            if worker.set_port_remote(id, port, endpoint, remote) {
+                worker.set_flow_home(id, flow_home, spread);
+            } else {
                 tracing::error!(port = id, "port slot out of range");
             }
         }
-        WorkerCmd::FlowHome { id, owner, spread } => worker.set_flow_home(id, owner, spread),
         WorkerCmd::DetachPort { id } => {
             worker.detach_port(id);
         }
