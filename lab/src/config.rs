@@ -44,8 +44,13 @@ pub struct LabConfig {
     /// issue 13), or a veth whose host end it takes by AF_XDP.
     pub pod_interface: InterfaceKind,
     /// The vrouter's host port `brindle0` (issue 14): ctrl's
-    /// `[vrouter] host_port`, the kernel's routes into it and natOutgoing.
+    /// `[vrouter] host_port`, the kernel's routes into it and natOutgoing,
+    /// and the connectivity table (on by default, as a cluster needs it).
     pub host_port: bool,
+    /// With the host port: encapsulation modes the pool is switched to
+    /// after the first table, one more table each (cheaper than a lab run
+    /// per mode; `none` needs one subnet).
+    pub then_encaps: Vec<String>,
     /// Workers per vrouter: 0 is `cores = "auto"` (one per CPU); N pins
     /// node n's N workers to CPUs (n-1)*N.. modulo the CPUs, so the nodes
     /// spread over them. TAP pods get as many queues (`tapQueues`).
@@ -69,7 +74,8 @@ impl LabConfig {
             policy_cases: 0,
             pod_interface: InterfaceKind::default(),
             pod_bench: None,
-            host_port: false,
+            host_port: true,
+            then_encaps: Vec::new(),
             vrouter_workers: 0,
         }
     }
@@ -133,6 +139,12 @@ impl LabConfig {
             bail!("vrouter workers: at most one per CPU ({})", cpus());
         }
         encap_key(&self.encap)?;
+        for e in &self.then_encaps {
+            encap_key(e)?;
+            if e == "none" && self.subnets != 1 {
+                bail!("then encapsulation none: every node must share one subnet (--subnets 1)");
+            }
+        }
         Ok(())
     }
 }

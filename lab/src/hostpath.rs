@@ -15,8 +15,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::cni::Pod;
-use crate::exec::{in_ns, sh_within, wait_for};
-use crate::{LabConfig, UNDERLAY_NS, node_ns};
+use crate::config::encap_key;
+use crate::exec::{in_ns, sh, sh_within, wait_for};
+use crate::inspect::paths;
+use crate::{ETCD_ADDR, LabConfig, UNDERLAY_NS, node_ns};
 
 /// The Service's ClusterIP, port, the backends' port and the NodePort.
 const CLUSTER_IP: &str = "10.96.0.10";
@@ -41,9 +43,12 @@ pub struct ConnRow {
     pub detail: String,
 }
 
-/// The table.
+/// The table, for one encapsulation mode of the pool.
 #[derive(Debug, Clone, Default)]
 pub struct ConnectivityReport {
+    /// The lab's mode the table ran in (`ipip`, `vxlan`, `cross-subnet`,
+    /// `none`).
+    pub encap: String,
     pub rows: Vec<ConnRow>,
 }
 
@@ -77,7 +82,7 @@ impl fmt::Display for ConnectivityReport {
             )?;
         }
         let ok = self.rows.iter().filter(|r| r.ok).count();
-        write!(f, "{ok}/{} rows ok", self.rows.len())
+        write!(f, "{ok}/{} rows ok ({})", self.rows.len(), self.encap)
     }
 }
 
@@ -181,12 +186,95 @@ pub(crate) fn ctrl_env() -> [(&'static str, String); 3] {
     ]
 }
 
+/// The pool's encapsulation switched to `encap` in the running lab (the
+/// default pool rewritten in the datastore by `brindle-ipam admin
+/// pool-add`, as an operator would): every ctrl re-reads the pools and
+/// re-routes its learned prefixes and node routes. Returns the lab's
+/// config in that mode once every vrouter's route to every other node
+/// takes the mode's path (a timeout leaves the paths to the table's
+/// first row).
+pub(crate) fn switch_encap(cfg: &LabConfig, encap: &str) -> Result<LabConfig> {
+    let key = encap_key(encap)?;
+    if encap == "none" && cfg.subnets != 1 {
+        anyhow::bail!("encapsulation none routes natively: every node must share one subnet");
+    }
+    let etcd = format!("http://{ETCD_ADDR}:2379");
+    sh(in_ns(&node_ns(1), cfg.bin_dir.join("brindle-ipam")).args([
+        "admin",
+        "--mode",
+        "standalone",
+        "--store",
+        "etcd",
+        "--etcd-endpoints",
+        &etcd,
+        "pool-add",
+        "--name",
+        "default-ipv4",
+        "--cidr",
+        "10.244.0.0/16",
+        "--block-size",
+        "26",
+        "--nat-outgoing",
+        "--encapsulation",
+        key,
+    ]))
+    .context("brindle-ipam admin pool-add")?;
+    let next = LabConfig {
+        encap: encap.into(),
+        ..cfg.clone()
+    };
+    let _ = wait_for(
+        &format!("every node pair's path {encap}"),
+        Duration::from_secs(30),
+        || paths(&next).is_ok_and(|ps| ps.iter().all(|p| p.kind == p.expected)),
+    );
+    Ok(next)
+}
+
 /// The table over the lab's nodes and pods: one pod per node is probed.
-pub(crate) fn run(cfg: &LabConfig, pods: &[Pod]) -> Result<ConnectivityReport> {
-    let mut report = ConnectivityReport::default();
+/// The Service's rules are installed on the first run (`install_rules`)
+/// and kept for the next ones.
+pub(crate) fn run(
+    cfg: &LabConfig,
+    pods: &[Pod],
+    install_rules: bool,
+) -> Result<ConnectivityReport> {
+    let mut report = ConnectivityReport {
+        encap: cfg.encap.clone(),
+        rows: Vec::new(),
+    };
     let first: Vec<&Pod> = (1..=cfg.nodes)
         .filter_map(|n| pods.iter().find(|p| p.node == n))
         .collect();
+    // The mode's paths first: the rows below are about them.
+    let ps = paths(cfg)?;
+    let wrong: Vec<String> = ps
+        .iter()
+        .filter(|p| p.kind != p.expected)
+        .map(|p| format!("n{} -> n{}: {} (want {})", p.from, p.to, p.kind, p.expected))
+        .collect();
+    let kinds: std::collections::BTreeSet<&str> = ps.iter().map(|p| p.kind.as_str()).collect();
+    let kinds = kinds.into_iter().collect::<Vec<_>>().join(", ");
+    report.rows.push(row(
+        "node paths",
+        "every node",
+        "every other node",
+        if wrong.is_empty() {
+            Ok(kinds)
+        } else {
+            Err(anyhow::anyhow!("{}", wrong.join("; ")))
+        },
+    ));
+    for p in &first {
+        for q in first.iter().filter(|q| q.node != p.node) {
+            report.rows.push(ping_row(
+                "pod -> remote pod",
+                &p.name,
+                &q.name,
+                &q.ip.to_string(),
+            ));
+        }
+    }
     for p in &first {
         for q in &first {
             let host = node_ns(p.node);
@@ -238,7 +326,7 @@ pub(crate) fn run(cfg: &LabConfig, pods: &[Pod]) -> Result<ConnectivityReport> {
             router,
         ));
     }
-    services(cfg, &first, &mut report)?;
+    services(cfg, &first, &mut report, install_rules)?;
     Ok(report)
 }
 
@@ -299,7 +387,12 @@ pub fn kube_proxy_rules(backends: &[(String, String)], pod_cidr: &str) -> String
 /// then pod → ClusterIP (from every node's pod: a backend on this node and
 /// on another), node → ClusterIP, router → NodePort of the last node (no
 /// backend there: the DNATed connection crosses to another node).
-fn services(cfg: &LabConfig, first: &[&Pod], report: &mut ConnectivityReport) -> Result<()> {
+fn services(
+    cfg: &LabConfig,
+    first: &[&Pod],
+    report: &mut ConnectivityReport,
+    install_rules: bool,
+) -> Result<()> {
     let backends: Vec<&Pod> = first.iter().copied().take(2).collect();
     let mut servers = Servers(Vec::new());
     for b in &backends {
@@ -310,7 +403,7 @@ fn services(cfg: &LabConfig, first: &[&Pod], report: &mut ConnectivityReport) ->
         .map(|b| (b.ip.to_string(), b.name.clone()))
         .collect();
     let rules = kube_proxy_rules(&list, "10.244.0.0/16");
-    for n in 1..=cfg.nodes {
+    for n in (1..=cfg.nodes).filter(|_| install_rules) {
         let mut child = in_ns(&node_ns(n), "iptables-restore")
             .arg("--noflush")
             .stdin(Stdio::piped())

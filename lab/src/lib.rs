@@ -228,9 +228,20 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
 
     if cfg.host_port {
         step("connectivity: host, nodes, the outside (natOutgoing), a kube-proxy Service");
-        let c = hostpath::run(cfg, pods)?;
-        println!("{c}");
-        report.connectivity = Some(c);
+        let start = std::time::Instant::now();
+        let c = hostpath::run(cfg, pods, true)?;
+        println!("{c} in {:.1} s", start.elapsed().as_secs_f64());
+        report.connectivity.push(c);
+        for encap in &cfg.then_encaps {
+            step(&format!(
+                "the pool's encapsulation switched to {encap}: the connectivity table again"
+            ));
+            let start = std::time::Instant::now();
+            let next = hostpath::switch_encap(cfg, encap)?;
+            let c = hostpath::run(&next, pods, false)?;
+            println!("{c} in {:.1} s", start.elapsed().as_secs_f64());
+            report.connectivity.push(c);
+        }
     }
 
     if cfg.policy_cases > 0 {

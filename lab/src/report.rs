@@ -41,8 +41,9 @@ pub struct LabReport {
     pub pod_bench: Option<PodBench>,
     /// The policy step's truth tables, when it ran.
     pub policy: Option<PolicyReport>,
-    /// The connectivity table of issue 14 (host, nodes, outside, Service).
-    pub connectivity: Option<ConnectivityReport>,
+    /// The connectivity tables of issue 14 (host, nodes, outside,
+    /// Service): the lab's mode, then each of `LabConfig.then_encaps`.
+    pub connectivity: Vec<ConnectivityReport>,
     /// The final teardown (none with `keep`).
     pub teardown: Option<Teardown>,
 }
@@ -55,10 +56,7 @@ impl LabReport {
             && self.paths.iter().all(|p| p.kind == p.expected)
             && self.density.as_ref().is_none_or(DensityReport::success)
             && self.policy.as_ref().is_none_or(PolicyReport::success)
-            && self
-                .connectivity
-                .as_ref()
-                .is_none_or(ConnectivityReport::success)
+            && self.connectivity.iter().all(ConnectivityReport::success)
     }
 }
 
