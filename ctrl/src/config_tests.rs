@@ -36,6 +36,10 @@ fn the_shipped_example_parses_to_the_defaults() {
     assert_eq!(c.ipam.block_size, 26);
     assert_eq!(c.api.socket, PathBuf::from("/run/brindle/ctrl.sock"));
     assert_eq!(c.datastore.kind, "embedded");
+    // The one key deploy sets on purpose (issue 14: a cluster needs the
+    // host port); the daemon's own default stays off.
+    assert_eq!(c.vrouter.host_port, "brindle0");
+    assert_eq!(Config::default().vrouter.host_port, "");
 }
 
 #[test]

@@ -948,6 +948,9 @@ fn the_configmap_carries_the_deploy_files() -> Result<()> {
         ("ipam.default_pool_cidr", "\"10.244.0.0/16\""),
         ("ipam.block_size", "26"),
         ("ipam.encapsulation", "\"ipip\""),
+        // Issue 14: kube-proxy's DNAT, kubelet's probes and natOutgoing
+        // need the host port.
+        ("vrouter.host_port", "\"brindle0\""),
     ] {
         assert_eq!(
             node.get(key).map(String::as_str),
