@@ -26,7 +26,7 @@ use crate::pipeline::PipelineConfig;
 use crate::policy::PolicyCell;
 use crate::port::handoff::FrameHomes;
 use crate::port::packet::PacketPort;
-use crate::port::xdp::{LinkInfo, XdpPort, XdpPortConfig};
+use crate::port::xdp::{LinkInfo, XdpPort, XdpPortConfig, uplink_fill_budget};
 pub use attach::{AttachDevice, Attached, PortAttach};
 pub use worker_thread::{
     Arenas, BATCH_BUCKETS, Polling, WorkerCmd, WorkerHandle, WorkerSnapshot, poll_loop, spawn_all,
@@ -205,6 +205,7 @@ impl Dataplane {
             frame_size: arenas.arenas[0].frame_size(),
             ..XdpPortConfig::default()
         };
+        xdp.fill_budget = uplink_fill_budget(frames, wanted, xdp.socket.fill_size);
         if let Some(ring) = cfg.ring_size {
             xdp.socket.rx_size = ring;
             xdp.socket.tx_size = ring;

@@ -249,6 +249,20 @@ impl Default for XdpPortConfig {
     }
 }
 
+/// The fill budget of an uplink (split between its queues): half of a
+/// worker's share of a UMEM of `umem_frames` chunks split over `workers`,
+/// not below the default 1,024 and not above the fill ring (`fill_ring`).
+/// One worker on the default 4,096-frame UMEM: 2,048. The receiving
+/// uplink's fill ring running dry is where other-node pod TCP is lost when
+/// its worker waits for a CPU (issue 13): a frame on the fill ring is a
+/// segment not lost then.
+pub fn uplink_fill_budget(umem_frames: u32, workers: usize, fill_ring: u32) -> u32 {
+    let share = umem_frames / (workers.max(1) as u32);
+    (share / 2)
+        .max(XdpPortConfig::default().fill_budget)
+        .min(fill_ring)
+}
+
 /// Receive queues of `ifname` (`/sys/class/net/IF/queues/rx-*`); 1 when
 /// unreadable.
 pub fn rx_queue_count(ifname: &str) -> u32 {
@@ -733,6 +747,20 @@ mod tests {
         // Not while the arena is short: the other ports' first packets
         // need their frames more.
         assert_eq!(grown_target(16, 16, 128, false), 16);
+    }
+
+    #[test]
+    fn an_uplink_may_keep_half_of_its_workers_share_on_its_fill_rings() {
+        // One worker, the default UMEM: half of it (was 1,024).
+        assert_eq!(uplink_fill_budget(4096, 1, 2048), 2048);
+        // Two workers: 2,048 chunks each, the default stays.
+        assert_eq!(uplink_fill_budget(4096, 2, 2048), 1024);
+        // A larger UMEM: no more than the ring holds.
+        assert_eq!(uplink_fill_budget(16384, 2, 2048), 2048);
+        assert_eq!(uplink_fill_budget(16384, 2, 8192), 4096);
+        // A small ring or UMEM.
+        assert_eq!(uplink_fill_budget(4096, 1, 512), 512);
+        assert_eq!(uplink_fill_budget(1024, 4, 2048), 1024);
     }
 
     #[test]
