@@ -55,6 +55,9 @@ pub struct LabConfig {
     /// node n's N workers to CPUs (n-1)*N.. modulo the CPUs, so the nodes
     /// spread over them. TAP pods get as many queues (`tapQueues`).
     pub vrouter_workers: u16,
+    /// Node 3's pods borrow their addresses from node 1's or 2's block (a pool of
+    /// two /28 blocks; issue 14 item 5): `borrow.rs` checks the /32s.
+    pub borrow: bool,
 }
 
 impl LabConfig {
@@ -77,6 +80,7 @@ impl LabConfig {
             host_port: true,
             then_encaps: Vec::new(),
             vrouter_workers: 0,
+            borrow: false,
         }
     }
 
@@ -143,6 +147,13 @@ impl LabConfig {
             encap_key(e)?;
             if e == "none" && self.subnets != 1 {
                 bail!("then encapsulation none: every node must share one subnet (--subnets 1)");
+            }
+        }
+        if self.borrow {
+            crate::borrow::check(self)?;
+            if !self.then_encaps.is_empty() {
+                // switch_encap rewrites the default /16 pool.
+                bail!("--borrow: no --then-encap (the borrow pool is its own)");
             }
         }
         Ok(())

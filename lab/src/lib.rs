@@ -41,6 +41,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 pub use brindle_cni::config::InterfaceKind;
 
+mod borrow;
 mod cni;
 mod config;
 mod density;
@@ -54,6 +55,7 @@ mod setup;
 mod teardown;
 mod traffic;
 
+pub use borrow::BorrowReport;
 use cni::{CONFLIST, Pod, cni_add, cni_conf_dir, cni_del, install_cni};
 pub use config::LabConfig;
 pub use density::DensityReport;
@@ -225,6 +227,18 @@ fn run_steps(cfg: &LabConfig, report: &mut LabReport, pods: &mut Vec<Pod>) -> Re
 
     step("all-pairs ping (3 each)");
     ping_matrix(pods, report);
+
+    if cfg.borrow {
+        step("borrowed addresses: node 3's pods from another node's block, /32s on every node");
+        let b = borrow::run(cfg, pods)?;
+        println!("{b}");
+        if !b.success() {
+            report
+                .failed_step
+                .get_or_insert_with(|| format!("borrowed addresses: {b}"));
+        }
+        report.borrow = Some(b);
+    }
 
     if cfg.host_port {
         step("connectivity: host, nodes, the outside (natOutgoing), a kube-proxy Service");

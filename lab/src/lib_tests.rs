@@ -14,6 +14,38 @@ fn cfg(nodes: u8, subnets: u8, encap: &str) -> LabConfig {
 }
 
 #[test]
+fn the_borrow_lab_needs_three_nodes_and_no_step_that_outgrows_its_pool() {
+    let ok = LabConfig {
+        borrow: true,
+        ..cfg(3, 2, "ipip")
+    };
+    assert!(ok.check().is_ok());
+    for bad in [
+        LabConfig {
+            nodes: 4,
+            ..ok.clone()
+        },
+        LabConfig {
+            density: 10,
+            ..ok.clone()
+        },
+        LabConfig {
+            policy_cases: 1,
+            ..ok.clone()
+        },
+        LabConfig {
+            pods: 9,
+            ..ok.clone()
+        },
+    ] {
+        assert!(bad.check().is_err(), "{bad:?}");
+    }
+    // The pool of two /28 blocks.
+    let env = crate::borrow::ctrl_env();
+    assert!(env.contains(&("BRINDLE_IPAM_DEFAULT_POOL_CIDR", "10.244.0.0/27".into())));
+}
+
+#[test]
 fn two_subnets_put_the_last_third_of_the_nodes_behind_the_router() {
     let c = cfg(3, 2, "cross-subnet");
     let addrs: Vec<String> = (1..=3).map(|n| c.node_addr(n).to_string()).collect();

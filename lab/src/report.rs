@@ -44,6 +44,8 @@ pub struct LabReport {
     /// The connectivity tables of issue 14 (host, nodes, outside,
     /// Service): the lab's mode, then each of `LabConfig.then_encaps`.
     pub connectivity: Vec<ConnectivityReport>,
+    /// The borrowed addresses' checks (`LabConfig.borrow`).
+    pub borrow: Option<crate::BorrowReport>,
     /// The final teardown (none with `keep`).
     pub teardown: Option<Teardown>,
 }
@@ -57,6 +59,10 @@ impl LabReport {
             && self.density.as_ref().is_none_or(DensityReport::success)
             && self.policy.as_ref().is_none_or(PolicyReport::success)
             && self.connectivity.iter().all(ConnectivityReport::success)
+            && self
+                .borrow
+                .as_ref()
+                .is_none_or(crate::BorrowReport::success)
     }
 }
 

@@ -179,6 +179,12 @@ pub(crate) fn nodes(cfg: &LabConfig) -> Result<()> {
         ]
         .into_iter()
         .chain(cfg.host_port.then(hostpath::ctrl_env).into_iter().flatten())
+        .chain(
+            cfg.borrow
+                .then(crate::borrow::ctrl_env)
+                .into_iter()
+                .flatten(),
+        )
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
         spawn_daemon(

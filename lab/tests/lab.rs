@@ -193,15 +193,26 @@ fn every_metric_the_dashboard_queries_is_exported(report: &lab::LabReport) {
 fn cross_subnet_veth_pods_are_native_on_one_subnet_and_ipip_across_the_router() {
     // Nodes 1 and 2 on 10.99.0.0/24, node 3 on 10.99.1.0/24. The pods are
     // veths (the conflist's option) here and TAPs (the default) in the
-    // test above, so both kinds stay tested without a third lab run.
+    // test above, so both kinds stay tested without a third lab run. The
+    // pool has room for two blocks:
+    // node 3's pods borrow from node 1's or 2's (issue 14 item 5), so the ping
+    // matrix reaches borrowed addresses by their /32s.
     let cfg = LabConfig {
         encap: "cross-subnet".into(),
         subnets: 2,
         throughput_secs: 0,
         pod_interface: lab::InterfaceKind::Veth,
+        borrow: true,
         ..LabConfig::new(bin_dir())
     };
     let report = run_and_check_nothing_is_left(&cfg);
+    let borrow = report.borrow.as_ref().expect("the borrow step ran");
+    assert_eq!(borrow.borrowed.len(), 2, "{borrow}");
+    // From node 1's or node 2's block: IPAM picks (both are full).
+    assert!(matches!(borrow.lender, Some((_, 1 | 2))), "{borrow}");
+    assert_eq!(borrow.problems, Vec::<String>::new(), "{borrow}");
+    assert!(borrow.withdrawn, "{borrow}");
+    assert_eq!(borrow.pings_ok, borrow.pings, "{borrow}");
     let kinds: Vec<(u8, u8, &str)> = report
         .paths
         .iter()

@@ -427,11 +427,12 @@ fn lab(args: &[String]) -> Result<()> {
             "--no-host-port" => cfg.host_port = false,
             "--then-encap" => cfg.then_encaps.push(value()?.clone()),
             "--vrouter-workers" => cfg.vrouter_workers = value()?.parse()?,
+            "--borrow" => cfg.borrow = true,
             "--keep" => cfg.keep = true,
             "--no-build" => build = false,
             other => bail!(
                 "unknown lab option {other}: lab [--nodes N] [--pods P] \
-                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--density N] [--policy] [--pod-interface tap|veth] [--vrouter-workers N] [--pod-bench SECS] [--no-host-port] [--then-encap MODE]... [--keep] [--no-build] | lab down"
+                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--density N] [--policy] [--pod-interface tap|veth] [--vrouter-workers N] [--pod-bench SECS] [--no-host-port] [--then-encap MODE]... [--borrow] [--keep] [--no-build] | lab down"
             ),
         }
     }
