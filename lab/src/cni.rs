@@ -60,7 +60,8 @@ pub(crate) fn install_cni(cfg: &LabConfig) -> Result<()> {
     for plugin in ["brindle", "brindle-ipam"] {
         std::os::unix::fs::symlink(cfg.bin_dir.join(plugin), bin.join(plugin))?;
     }
-    for plugin in ["tuning", "bandwidth", "portmap"] {
+    // bridge and host-local: the density step's kernel-only reference.
+    for plugin in ["tuning", "bandwidth", "portmap", "bridge", "host-local"] {
         let reference = Path::new(REFERENCE_PLUGINS).join(plugin);
         if !reference.exists() {
             bail!(
@@ -126,8 +127,17 @@ pub(crate) fn cni_add(n: u8, name: &str) -> Result<Pod> {
 
 /// [`cni_add`] of a pod the runtime names `k8s` (namespace, name).
 pub(crate) fn cni_add_as(n: u8, name: &str, k8s: (&str, &str)) -> Result<Pod> {
+    cni_add_list(n, name, k8s, &load_conflist(n)?)
+}
+
+/// [`cni_add_as`] through the chain `list` rather than node `n`'s.
+pub(crate) fn cni_add_list(
+    n: u8,
+    name: &str,
+    k8s: (&str, &str),
+    list: &NetConfList,
+) -> Result<Pod> {
     ip(&["netns", "add", name])?;
-    let list = load_conflist(n)?;
     let mut prev: Option<Value> = None;
     for i in 0..list.plugins.len() {
         let conf = list
@@ -165,7 +175,11 @@ pub(crate) fn cni_add_as(n: u8, name: &str, k8s: (&str, &str)) -> Result<Pod> {
 /// The conflist's plugins DELeted in reverse order, each with the cached
 /// ADD result (libcni's DelNetworkList).
 pub(crate) fn cni_del(pod: &Pod) -> Result<()> {
-    let list = load_conflist(pod.node)?;
+    cni_del_list(pod, &load_conflist(pod.node)?)
+}
+
+/// [`cni_del`] through the chain `list` rather than the pod's node's.
+pub(crate) fn cni_del_list(pod: &Pod, list: &NetConfList) -> Result<()> {
     let mut first_error = None;
     for i in (0..list.plugins.len()).rev() {
         let conf = list

@@ -32,6 +32,11 @@ pub struct LabConfig {
     /// Seconds over which the density step measures the idle vrouter
     /// (after as many to settle).
     pub density_idle_secs: u32,
+    /// After the density step's DELs, the same parallel ADDs and DELs
+    /// through the kernel-only reference chain (Debian's bridge +
+    /// host-local, then tuning, bandwidth, portmap) in node 1's namespace,
+    /// for a ratio from the same run; off in the smoke test.
+    pub density_reference: bool,
     /// Network policy cases run on real traffic (issue 15: nine pods in
     /// three namespaces probed all pairs per case); 0 skips the step,
     /// `usize::MAX` runs every case.
@@ -74,6 +79,7 @@ impl LabConfig {
             keep: false,
             density: 0,
             density_idle_secs: 5,
+            density_reference: false,
             policy_cases: 0,
             pod_interface: InterfaceKind::default(),
             pod_bench: None,

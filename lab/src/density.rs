@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cni::{Pod, cni_add, cni_del};
+use crate::cni::{Pod, cni_add, cni_add_list, cni_del, cni_del_list};
 use crate::exec::{finish, in_ns, ip};
 use crate::{LabConfig, PREFIX, brindlectl_json, node_ns, scrape, state, worker_counters};
 
@@ -55,6 +55,20 @@ pub struct DensityReport {
     pub probe_drops: Vec<(String, u64)>,
     /// Endpoints node 1 still lists after the DELs beyond those before.
     pub endpoints_left: usize,
+    /// The kernel-only reference chain's batch in the same run, if asked
+    /// (`LabConfig::density_reference`).
+    pub reference: Option<Reference>,
+}
+
+/// The same parallel ADDs and DELs through Debian's bridge + host-local,
+/// tuning, bandwidth, portmap in node 1's namespace.
+#[derive(Debug, Clone, Default)]
+pub struct Reference {
+    pub add: Duration,
+    pub del: Duration,
+    pub add_cpu: CpuSplit,
+    pub del_cpu: CpuSplit,
+    pub failures: Vec<String>,
 }
 
 impl DensityReport {
@@ -134,7 +148,22 @@ impl fmt::Display for DensityReport {
             self.idle_cpu_percent,
             self.rss_kib / 1024,
             self.fds
-        )
+        )?;
+        if let Some(r) = &self.reference {
+            write!(
+                f,
+                "\n| reference chain (bridge + host-local, tuning, bandwidth, portmap), {n} parallel ADDs, DELs | {:.2} s, {:.2} s, {} failures |\n\
+                 | reference CPU per ADD, per DEL: the runtime side (every plugin), whole machine | {:.1}, {:.1} ms; {:.1}, {:.1} ms |",
+                r.add.as_secs_f64(),
+                r.del.as_secs_f64(),
+                r.failures.len(),
+                per_pod(r.add_cpu.chain, n),
+                per_pod(r.add_cpu.machine, n),
+                per_pod(r.del_cpu.chain, n),
+                per_pod(r.del_cpu.machine, n)
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -239,7 +268,72 @@ pub(crate) fn run(cfg: &LabConfig, pods: &mut Vec<Pod>) -> Result<DensityReport>
     report.endpoints_left = brindlectl_json(cfg, 1, &["endpoints"])?
         .len()
         .saturating_sub(endpoints_before);
+    if cfg.density_reference {
+        report.reference = Some(reference(n)?);
+    }
     Ok(report)
+}
+
+/// `n` parallel ADDs, then DELs, through the kernel-only reference chain
+/// in node 1's namespace (its own bridge and subnet, host-local's files
+/// in the lab's state): what the same batch costs without Brindle.
+fn reference(n: usize) -> Result<Reference> {
+    let list: brindle_api::cni::NetConfList = serde_json::from_value(serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "brl-reference",
+        "plugins": [
+            {"type": "bridge", "bridge": "brlref0", "isGateway": true, "ipMasq": false,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.251.0.0/16"}]],
+                      "dataDir": state().join("reference-ipam")}},
+            {"type": "tuning"},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}},
+            {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}
+        ]
+    }))?;
+    let made = Mutex::new(Vec::new());
+    let failures = Mutex::new(Vec::new());
+    let cpu = Cpu::sample();
+    let start = Instant::now();
+    thread::scope(|s| {
+        for i in 1..=n {
+            let (made, failures, list) = (&made, &failures, &list);
+            s.spawn(move || {
+                let name = format!("{PREFIX}n1r{i}");
+                match cni_add_list(1, &name, ("lab", &name), list) {
+                    Ok(pod) => lock(made).push(pod),
+                    Err(e) => {
+                        lock(failures).push(format!("{name}: {e:#}"));
+                        let _ = ip(&["netns", "del", &name]);
+                    }
+                }
+            });
+        }
+    });
+    let mut r = Reference {
+        add: start.elapsed(),
+        add_cpu: Cpu::sample().since(&cpu),
+        ..Reference::default()
+    };
+    let made = made.into_inner().unwrap_or_default();
+    let cpu = Cpu::sample();
+    let start = Instant::now();
+    thread::scope(|s| {
+        for pod in &made {
+            let (failures, list) = (&failures, &list);
+            s.spawn(move || {
+                if let Err(e) = cni_del_list(pod, list) {
+                    lock(failures).push(format!("{} DEL: {e:#}", pod.name));
+                }
+            });
+        }
+    });
+    r.del = start.elapsed();
+    r.del_cpu = Cpu::sample().since(&cpu);
+    for pod in &made {
+        let _ = ip(&["netns", "del", &pod.name]);
+    }
+    r.failures = failures.into_inner().unwrap_or_default();
+    Ok(r)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -423,6 +517,11 @@ impl Cpu {
             machine: secs(self.machine, before.machine),
         }
     }
+}
+
+/// Milliseconds of `d` per pod of a batch of `pods`.
+fn per_pod(d: Duration, pods: usize) -> f64 {
+    d.as_secs_f64() * 1000.0 / pods.max(1) as f64
 }
 
 /// CPU time spent by each part over a batch of ADDs or DELs.

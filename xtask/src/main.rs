@@ -413,6 +413,7 @@ fn lab(args: &[String]) -> Result<()> {
             "--subnets" => subnets = Some(value()?.parse()?),
             "--throughput-secs" => cfg.throughput_secs = value()?.parse()?,
             "--density" => cfg.density = value()?.parse()?,
+            "--density-reference" => cfg.density_reference = true,
             "--policy" => cfg.policy_cases = usize::MAX,
             "--pod-interface" => {
                 cfg.pod_interface = value()?.parse().map_err(anyhow::Error::msg)?
@@ -432,7 +433,7 @@ fn lab(args: &[String]) -> Result<()> {
             "--no-build" => build = false,
             other => bail!(
                 "unknown lab option {other}: lab [--nodes N] [--pods P] \
-                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--density N] [--policy] [--pod-interface tap|veth] [--vrouter-workers N] [--pod-bench SECS] [--no-host-port] [--then-encap MODE]... [--borrow] [--keep] [--no-build] | lab down"
+                 [--encap none|ipip|vxlan|cross-subnet] [--subnets 1|2] [--throughput-secs S] [--density N] [--density-reference] [--policy] [--pod-interface tap|veth] [--vrouter-workers N] [--pod-bench SECS] [--no-host-port] [--then-encap MODE]... [--borrow] [--keep] [--no-build] | lab down"
             ),
         }
     }
