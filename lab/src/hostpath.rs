@@ -198,8 +198,31 @@ pub(crate) fn switch_encap(cfg: &LabConfig, encap: &str) -> Result<LabConfig> {
     if encap == "none" && cfg.subnets != 1 {
         anyhow::bail!("encapsulation none routes natively: every node must share one subnet");
     }
+    pool_add(cfg, key, true)?;
+    let next = LabConfig {
+        encap: encap.into(),
+        ..cfg.clone()
+    };
+    let _ = wait_for(
+        &format!("every node pair's path {encap}"),
+        Duration::from_secs(30),
+        || paths(&next).is_ok_and(|ps| ps.iter().all(|p| p.kind == p.expected)),
+    );
+    Ok(next)
+}
+
+/// Rewrites the lab's default pool (`brindle-ipam admin pool-add` on
+/// etcd) with the encapsulation `key` and natOutgoing `nat`.
+fn pool_add(cfg: &LabConfig, key: &str, nat: bool) -> Result<()> {
+    // The borrow lab's pool is two /28 blocks (borrow::ctrl_env).
+    let (cidr, block) = if cfg.borrow {
+        ("10.244.0.0/27", "28")
+    } else {
+        ("10.244.0.0/16", "26")
+    };
     let etcd = format!("http://{ETCD_ADDR}:2379");
-    sh(in_ns(&node_ns(1), cfg.bin_dir.join("brindle-ipam")).args([
+    let mut cmd = in_ns(&node_ns(1), cfg.bin_dir.join("brindle-ipam"));
+    cmd.args([
         "admin",
         "--mode",
         "standalone",
@@ -211,24 +234,78 @@ pub(crate) fn switch_encap(cfg: &LabConfig, encap: &str) -> Result<LabConfig> {
         "--name",
         "default-ipv4",
         "--cidr",
-        "10.244.0.0/16",
+        cidr,
         "--block-size",
-        "26",
-        "--nat-outgoing",
+        block,
         "--encapsulation",
         key,
-    ]))
-    .context("brindle-ipam admin pool-add")?;
-    let next = LabConfig {
-        encap: encap.into(),
-        ..cfg.clone()
-    };
-    let _ = wait_for(
-        &format!("every node pair's path {encap}"),
-        Duration::from_secs(30),
-        || paths(&next).is_ok_and(|ps| ps.iter().all(|p| p.kind == p.expected)),
-    );
-    Ok(next)
+    ]);
+    if nat {
+        cmd.arg("--nat-outgoing");
+    }
+    sh(&mut cmd).context("brindle-ipam admin pool-add")?;
+    Ok(())
+}
+
+/// Whether every node's nftables masquerade set (`inet brindle`
+/// `masq_v4`) has the pool (`on`) or is empty.
+fn masquerading(cfg: &LabConfig, on: bool) -> bool {
+    (1..=cfg.nodes).all(|n| {
+        sh(in_ns(&node_ns(n), "nft").args(["list", "set", "inet", "brindle", "masq_v4"]))
+            .is_ok_and(|out| out.contains("10.244.0.0") == on)
+    })
+}
+
+/// natOutgoing off (issue 14 item 2, Calico's meaning): a pod's packets to
+/// the outside leave with the pod's address. The router gets a route to
+/// each probed pod via its node (as a BGP-peered top-of-rack router would
+/// have) and answers with the source it saw; then natOutgoing is on again
+/// and the routes go. The router's bridges compute their checksums
+/// (`tx off`): a veth frame carries a partial checksum, which a wire frame
+/// never does and which the vrouter's uplink path does not complete.
+fn no_nat_rows(cfg: &LabConfig, first: &[&Pod], report: &mut ConnectivityReport) -> Result<()> {
+    let key = encap_key(&cfg.encap)?;
+    for br in ["br0", "br1"].iter().take(usize::from(cfg.subnets)) {
+        sh(in_ns(UNDERLAY_NS, "ethtool").args(["-K", br, "tx", "off"]))?;
+    }
+    pool_add(cfg, key, false)?;
+    wait_for(
+        "natOutgoing off on every node",
+        Duration::from_secs(20),
+        || masquerading(cfg, false),
+    )?;
+    for p in first {
+        sh(in_ns(UNDERLAY_NS, "ip").args([
+            "route",
+            "replace",
+            &format!("{}/32", p.ip),
+            "via",
+            &cfg.node_addr(p.node).to_string(),
+        ]))?;
+    }
+    for p in first {
+        let pod = p.ip.to_string();
+        let seen = fetch(&p.name, "10.99.0.254", ECHO_PORT).and_then(|seen| {
+            if seen == pod {
+                Ok(format!("router saw {seen} (the pod)"))
+            } else {
+                Err(anyhow::anyhow!("router saw {seen}, not the pod's {pod}"))
+            }
+        });
+        report.rows.push(row(
+            "pod -> outside TCP (no NAT)",
+            &p.name,
+            "10.99.0.254",
+            seen,
+        ));
+    }
+    for p in first {
+        let _ = sh(in_ns(UNDERLAY_NS, "ip").args(["route", "del", &format!("{}/32", p.ip)]));
+    }
+    pool_add(cfg, key, true)?;
+    wait_for("natOutgoing on again", Duration::from_secs(20), || {
+        masquerading(cfg, true)
+    })
 }
 
 /// The table over the lab's nodes and pods: one pod per node is probed.
@@ -325,6 +402,10 @@ pub(crate) fn run(
             "router",
             router,
         ));
+    }
+    // Once per lab (the first table): natOutgoing off.
+    if install_rules {
+        no_nat_rows(cfg, &first, &mut report)?;
     }
     services(cfg, &first, &mut report, install_rules)?;
     Ok(report)

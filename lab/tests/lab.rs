@@ -66,6 +66,14 @@ fn run_and_check_nothing_is_left(cfg: &LabConfig) -> lab::LabReport {
             .collect::<Vec<_>>(),
         modes
     );
+    // natOutgoing off, once per run (the first table): the router sees
+    // each node's pod address.
+    let first = report.connectivity.first().expect("a table");
+    assert_eq!(
+        first.of("pod -> outside TCP (no NAT)").len(),
+        usize::from(cfg.nodes),
+        "{first}"
+    );
     for c in &report.connectivity {
         let failed: Vec<&lab::ConnRow> = c.rows.iter().filter(|r| !r.ok).collect();
         assert_eq!(failed, Vec::<&lab::ConnRow>::new(), "{c}");
