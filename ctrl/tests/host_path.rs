@@ -176,6 +176,38 @@ fn peer_seen_by(server: &Netns, client: &Netns, addr: &str, port: u16) -> Result
     Ok(out.context("the TCP exchange")?.trim().to_owned())
 }
 
+/// The address a UDP datagram showed up with at a one-shot listener in
+/// `ns`, as echoed back to the client (so the reply passed the NAT too).
+fn udp_peer_seen_by(server: &Netns, client: &Netns, addr: &str, port: u16) -> Result<String> {
+    let listen = format!("UDP-RECVFROM:{port},reuseaddr");
+    let mut srv = std::process::Command::new("ip")
+        .args(["netns", "exec", &server.name, "socat", "-T", "5", &listen])
+        .arg("SYSTEM:echo $SOCAT_PEERADDR")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    // socat binds the listener a moment after it starts: resend until an
+    // answer comes (the client's -T ends it when none does).
+    let mut seen = None;
+    for _ in 0..20 {
+        let target = format!("UDP:{addr}:{port}");
+        if let Ok(out) = client.exec(&[
+            "sh",
+            "-c",
+            &format!("echo x | timeout 2 socat -T 1 - {target}"),
+        ]) {
+            if !out.trim().is_empty() {
+                seen = Some(out.trim().to_owned());
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+    seen.context("no UDP answer through the masquerade")
+}
+
 #[test]
 #[ignore = "requires root and network namespaces"]
 fn nat_outgoing_masquerades_pods_to_the_outside_and_not_between_pools() -> Result<()> {
@@ -226,6 +258,25 @@ fn nat_outgoing_masquerades_pods_to_the_outside_and_not_between_pools() -> Resul
     );
     pod.exec(&["ping", "-c", "1", "-W", "2", "10.99.0.254"])
         .context("ICMP echo to the outside, answered through the masquerade")?;
+    // UDP likewise, and the reply comes back to the pod.
+    assert_eq!(
+        udp_peer_seen_by(&router, &pod, "10.99.0.254", 7103)?,
+        "10.99.0.11"
+    );
+    // An ICMP error about a masqueraded flow (port unreachable from the
+    // router, addressed to the node) is translated back to the pod: its
+    // connected UDP socket reads ECONNREFUSED. The router has no pod route,
+    // so nothing else could bring it.
+    let refused = pod.exec(&[
+        "sh",
+        "-c",
+        "echo x | timeout 10 socat -T 3 - UDP:10.99.0.254:7199",
+    ]);
+    let err = format!("{:#}", refused.expect_err("a closed UDP port answered"));
+    ensure!(
+        err.contains("Connection refused"),
+        "no port unreachable reached the pod: {err}"
+    );
     // Between pools: the pod's own address.
     assert_eq!(peer_seen_by(&pod2, &pod, "10.250.0.9", 7102)?, "10.244.1.5");
     // Without natOutgoing on the pool, the router sees (and cannot answer)
