@@ -191,15 +191,16 @@ fn udp_peer_seen_by(server: &Netns, client: &Netns, addr: &str, port: u16) -> Re
     let mut seen = None;
     for _ in 0..20 {
         let target = format!("UDP:{addr}:{port}");
-        if let Ok(out) = client.exec(&[
-            "sh",
-            "-c",
-            &format!("echo x | timeout 2 socat -T 1 - {target}"),
-        ]) {
-            if !out.trim().is_empty() {
-                seen = Some(out.trim().to_owned());
-                break;
-            }
+        let answer = client
+            .exec(&[
+                "sh",
+                "-c",
+                &format!("echo x | timeout 2 socat -T 1 - {target}"),
+            ])
+            .unwrap_or_default();
+        if !answer.trim().is_empty() {
+            seen = Some(answer.trim().to_owned());
+            break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
