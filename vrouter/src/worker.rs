@@ -135,6 +135,13 @@ impl Worker {
         self.home.as_ref()
     }
 
+    /// Frames this worker has sent on (its pipeline's transmissions and the
+    /// frames other workers handed it), ever: the poll loop spins on while
+    /// this moves, not while frames only arrive to be consumed or dropped.
+    pub fn frames_moved(&self) -> u64 {
+        self.pipeline.counters().tx_packets + self.handoff.r#in
+    }
+
     /// Frames exchanged with other workers.
     pub fn handoff_stats(&self) -> HandoffStats {
         self.handoff

@@ -5,7 +5,10 @@
 //! read counters: a TAP port is read at most once more than its frames per
 //! wake-up, so never more than twice its frames, whatever the timing (was:
 //! every queue read on every loop, thousands of reads for an idle pod). The
-//! first ping to each idle pod is answered (a parked queue wakes).
+//! first ping to each idle pod is answered (a parked queue wakes). And
+//! frames a pod sends on its own that the vrouter only consumes (router
+//! solicitations, MLD reports) do not set the workers spinning: asserted
+//! on the workers' poll counters.
 //!
 //! Root only: `cargo test -p brindle-vrouter -- --include-ignored`.
 
@@ -72,6 +75,112 @@ fn check_reads(m: &str, names: &[String]) -> Vec<(u64, u64)> {
         );
     }
     got
+}
+
+/// The sum of the series `brindle_vrouter_<series>` over every line.
+fn sum(metrics: &str, series: &str) -> u64 {
+    let prefix = format!("brindle_vrouter_{series}{{");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Router solicitations sent by the pod's eth0 through a packet socket
+/// (what its kernel sends on its own with IPv6 on, from fe80::1 to
+/// ff02::2, checksum right), `count` of them `gap_ms` apart.
+const SEND_SOLICITATIONS: &str = r#"
+import socket, struct, sys, time
+count, gap = int(sys.argv[1]), int(sys.argv[2]) / 1000
+mac = bytes.fromhex(open("/sys/class/net/eth0/address").read().strip().replace(":", ""))
+src = bytes.fromhex("fe80" + "00" * 13 + "01")
+dst = bytes.fromhex("ff02" + "00" * 13 + "02")
+icmp = bytearray(struct.pack("!BBHI", 133, 0, 0, 0))
+pseudo = src + dst + struct.pack("!I3xB", len(icmp), 58) + icmp
+total = sum(struct.unpack("!%dH" % (len(pseudo) // 2), pseudo))
+while total >> 16:
+    total = (total & 0xFFFF) + (total >> 16)
+struct.pack_into("!H", icmp, 2, ~total & 0xFFFF)
+ip = struct.pack("!IHBB", 0x60000000, len(icmp), 58, 255) + src + dst
+frame = bytes.fromhex("333300000002") + mac + bytes.fromhex("86dd") + ip + bytes(icmp)
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind(("eth0", 0))
+for _ in range(count):
+    s.send(frame)
+    time.sleep(gap)
+"#;
+
+#[test]
+#[ignore = "requires root and network namespaces"]
+fn frames_only_consumed_do_not_keep_the_workers_spinning() -> Result<()> {
+    const FRAMES: u64 = 50;
+    let node = Netns::new("tc")?;
+    let pod = tap_pod("10.66.10.2", "02:b4:00:00:0a:02")?;
+    pod.exec(&["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
+    pod.exec(&["sysctl", "-qw", "net.ipv6.conf.eth0.disable_ipv6=1"])?;
+    let name = unique("tc");
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("vrouter.sock");
+    let args = [
+        "serve",
+        "--socket",
+        socket.to_str().context("path")?,
+        "--metrics",
+        METRICS,
+    ];
+    let vrouter = Vrouter::start(&node, &args)?;
+    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
+    let _: Hello = c.call(&VrouterRequest::Hello {
+        version: PROTOCOL_VERSION,
+    })?;
+    let n: Changed = c.call(&VrouterRequest::AddPorts {
+        ports: vec![PortSpec {
+            name: name.clone(),
+            kind: PortKind::Pod,
+            addresses: vec!["10.66.10.2".parse().unwrap()],
+            peer_mac: None,
+            endpoint: None,
+            device: PortDevice::Tap {
+                netns: Some(pod.path()),
+                ifname: "eth0".into(),
+                queues: 1,
+            },
+            workload: None,
+        }],
+    })?;
+    assert_eq!(n.changed, 1);
+    // The workers settle into blocking (64 sleeps, ~60 ms, after the
+    // attach's own polls).
+    std::thread::sleep(Duration::from_millis(500));
+    let before = metrics(&node)?;
+    let gap = "20";
+    pod.exec(&[
+        "python3",
+        "-c",
+        SEND_SOLICITATIONS,
+        &FRAMES.to_string(),
+        gap,
+    ])?;
+    let after = metrics(&node)?;
+    let received = port_sum(&after, "port_rx_packets_total", &name)
+        - port_sum(&before, "port_rx_packets_total", &name);
+    assert_eq!(received, FRAMES, "solicitations read from the pod's TAP");
+    let sent = sum(&after, "worker_tx_packets_total") - sum(&before, "worker_tx_packets_total");
+    assert_eq!(sent, 0, "a solicitation is not answered");
+    let polls = |m: &str| sum(m, "worker_busy_polls_total") + sum(m, "worker_idle_polls_total");
+    let polled = polls(&after) - polls(&before);
+    eprintln!("{polled} polls for {received} consumed frames");
+    // Spinning after each (1,024 polls, then 64 sleeps) would be over
+    // 51,000 polls; blocking, each frame costs a poll or two, and each
+    // worker wakes every 100 ms (about 1.5 s here).
+    assert!(
+        polled < FRAMES * 64,
+        "{polled} polls for {FRAMES} consumed frames {gap} ms apart"
+    );
+    drop(c);
+    vrouter.stop()?;
+    Ok(())
 }
 
 #[test]
