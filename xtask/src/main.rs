@@ -51,6 +51,9 @@ const APT_PACKAGES: &[&str] = &[
     "ipset",
     // natOutgoing: the node daemon's nftables table (nft -f)
     "nftables",
+    // the pod benchmark's socket load (lab --pod-bench, bench pods): without
+    // it every case printed "-" and the run still passed
+    "iperf3",
     // the container image, built and run by the image test: a Debian base
     // from Debian's packages (mmdebstrap), Podman to import it, build the
     // Containerfile and run the image; runc because crun refuses hosts with
