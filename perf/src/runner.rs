@@ -414,7 +414,11 @@ pub fn run_trial(
     if let Some(e) = failure {
         return Err(e.into());
     }
-    std::thread::sleep(Duration::from_millis(200));
+    // Frames in flight when the generators stop still count: the sink
+    // stops once 200 ms pass without one (at most 2 s). A fixed 200 ms
+    // counted a starved softirq's late frames as lost (1,214-1,548 of
+    // 1,998 received in a 2-worker trial with the cores busy elsewhere).
+    sink.drain(Duration::from_millis(200), Duration::from_secs(2));
     let cpu_after = cpu_times();
     let cpus = cpu_shares(&cpu_before, &cpu_after);
     let softirq_s = softirq_seconds(&cpu_before, &cpu_after, &prepared.placement.fwd_cpus);

@@ -10,10 +10,10 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use brindle_xsk::{
     Desc, FlowRotation, LiveFrameConfig, LiveFrameGenerator, Role, Steering, SteeringConfig, Umem,
@@ -470,6 +470,8 @@ pub struct SinkResult {
 /// A running sink.
 pub struct Sink {
     stop: Arc<AtomicBool>,
+    /// Frames read so far, of the trial or not: [`Sink::drain`] watches it.
+    seen: Arc<AtomicU64>,
     handle: Option<JoinHandle<Result<SinkResult, TrafficError>>>,
 }
 
@@ -478,10 +480,11 @@ impl Sink {
     pub fn start(config: SinkConfig) -> Result<Sink, TrafficError> {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel::<()>();
-        let thread_stop = stop.clone();
+        let seen = Arc::new(AtomicU64::new(0));
+        let (thread_stop, thread_seen) = (stop.clone(), seen.clone());
         let handle = std::thread::spawn(move || {
             topo::enter(&config.endpoint.ns)?;
-            sink(&config, &thread_stop, ready_tx)
+            sink(&config, &thread_stop, &thread_seen, ready_tx)
         });
         if ready_rx.recv().is_err() {
             // The thread ended before it was ready: return its error.
@@ -493,8 +496,26 @@ impl Sink {
         }
         Ok(Sink {
             stop,
+            seen,
             handle: Some(handle),
         })
+    }
+
+    /// Waits until no frame has arrived for `quiet` (frames still in
+    /// flight when the generator stops: a veth's ring, a starved softirq
+    /// on a shared core), at most `max`.
+    pub fn drain(&self, quiet: Duration, max: Duration) {
+        let start = Instant::now();
+        let mut last = self.seen.load(Ordering::Relaxed);
+        let mut since = Instant::now();
+        while start.elapsed() < max && since.elapsed() < quiet {
+            std::thread::sleep(Duration::from_millis(10));
+            let now = self.seen.load(Ordering::Relaxed);
+            if now != last {
+                last = now;
+                since = Instant::now();
+            }
+        }
     }
 
     /// Stops the sink once nothing more arrives, and returns its counts.
@@ -520,6 +541,7 @@ impl Drop for Sink {
 fn sink(
     config: &SinkConfig,
     stop: &AtomicBool,
+    seen: &AtomicU64,
     ready: mpsc::Sender<()>,
 ) -> Result<SinkResult, TrafficError> {
     let queues = config.queues.max(1);
@@ -585,6 +607,9 @@ fn sink(
             if sock.fill_needs_wakeup() {
                 sock.wake_rx()?;
             }
+        }
+        if got > 0 {
+            seen.fetch_add(got as u64, Ordering::Relaxed);
         }
         if got == 0 {
             if stop.load(Ordering::Relaxed) {
