@@ -32,18 +32,14 @@
 
 mod common;
 
-use std::time::Duration;
-
 use anyhow::{Context, Result};
-use brindle_api::framing::{Client, PROTOCOL_VERSION};
 use brindle_api::vrouter::{
-    Changed, Hello, PolicyEndpoint, PortDevice, PortKind, PortSpec, Route, RouteTarget,
-    VrouterRequest,
+    Changed, PolicyEndpoint, PortDevice, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
 };
 use brindle_policy::compile::{Change, Compiler, EndpointInfo};
 use brindle_policy::resource::parse_documents;
 use common::peer::{self, metric_sum, metrics, vxlan_peer};
-use common::{Netns, Vrouter, drops, pod, tap_pod, tcp_ok, tcp_through, unique};
+use common::{Netns, drops, pod, serve, tap_pod, tcp_ok, tcp_through, unique};
 
 const POLICY: &str = r#"
 apiVersion: v1
@@ -120,22 +116,7 @@ fn a_pods_flows_through_the_host_port_meet_one_table_whichever_queue_reads_them(
     }
     let tp = unique("tp");
 
-    let dir = tempfile::tempdir()?;
-    let socket = dir.path().join("vrouter.sock");
-    let args = [
-        "serve",
-        "--socket",
-        socket.to_str().context("path")?,
-        "--metrics",
-        METRICS,
-        "--cores",
-        "0-1",
-    ];
-    let vrouter = Vrouter::start(&node, &args)?;
-    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
-    let _: Hello = c.call(&VrouterRequest::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
+    let (_dir, vrouter, mut c) = serve(&node, &["--metrics", METRICS, "--cores", "0-1"])?;
     underlay.serve(&node, &mut c)?;
     let tap_device = PortDevice::Tap {
         netns: Some(tap.path()),

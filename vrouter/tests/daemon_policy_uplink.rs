@@ -21,18 +21,15 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use anyhow::{Context, Result};
-use brindle_api::framing::{Client, PROTOCOL_VERSION};
+use anyhow::Result;
 use brindle_api::vrouter::{
-    Changed, Hello, PolicyEndpoint, PortDevice, PortKind, PortSpec, Route, RouteTarget,
-    VrouterRequest,
+    Changed, PolicyEndpoint, PortDevice, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
 };
 use brindle_policy::compile::{Change, Compiler, EndpointInfo};
 use brindle_policy::resource::parse_documents;
 use common::peer::{metric_sum as sum, metrics, vxlan_peer};
-use common::{Netns, Vrouter, drops, tap_pod, tcp_ok, unique};
+use common::{Netns, drops, serve, tap_pod, tcp_ok, unique};
 
 const POLICY: &str = r#"
 apiVersion: v1
@@ -82,20 +79,7 @@ fn a_tap_pods_flows_with_the_uplink_meet_one_table_when_replies_reach_the_other_
     pod.ip(&["link", "set", "eth0", "mtu", "1450"])?;
     let pp = unique("tp");
 
-    let dir = tempfile::tempdir()?;
-    let socket = dir.path().join("vrouter.sock");
-    let args = [
-        "serve",
-        "--socket",
-        socket.to_str().context("path")?,
-        "--metrics",
-        METRICS,
-    ];
-    let vrouter = Vrouter::start(&node, &args)?;
-    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
-    let _: Hello = c.call(&VrouterRequest::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
+    let (_dir, vrouter, mut c) = serve(&node, &["--metrics", METRICS])?;
     underlay.serve(&node, &mut c)?;
     let tap = PortSpec {
         name: pp.clone(),

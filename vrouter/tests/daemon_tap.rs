@@ -22,7 +22,7 @@ use brindle_api::vrouter::{
     Changed, Hello, PortDevice, PortKind, PortSpec, PortStatus, Route, RouteTarget, VrouterRequest,
 };
 use brindle_xsk::{Tap, TapConfig};
-use common::{Netns, Vrouter, in_netns, unique};
+use common::{Netns, Vrouter, in_netns, serve, unique};
 
 /// A TAP pod: `eth0` a persistent TAP made in the pod's namespace (no queue
 /// of ours left open), its /32, the routes via 169.254.1.1.
@@ -471,20 +471,7 @@ fn uplink_to_a_tap_pod_is_coalesced_and_its_super_packets_are_cut_and_encapsulat
     pod.ip(&["link", "set", "eth0", "mtu", "1450"])?;
     let pp = unique("tp");
 
-    let dir = tempfile::tempdir()?;
-    let socket = dir.path().join("vrouter.sock");
-    let args = [
-        "serve",
-        "--socket",
-        socket.to_str().context("path")?,
-        "--metrics",
-        METRICS,
-    ];
-    let vrouter = Vrouter::start(&node, &args)?;
-    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
-    let _: Hello = c.call(&VrouterRequest::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
+    let (_dir, vrouter, mut c) = serve(&node, &["--metrics", METRICS])?;
     let _: Changed = c.call(&VrouterRequest::SetNode {
         node: NodeConfig {
             address_v4: Some("192.168.79.1".parse()?),

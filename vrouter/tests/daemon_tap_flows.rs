@@ -22,14 +22,12 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use brindle_api::framing::{Client, PROTOCOL_VERSION};
 use brindle_api::vrouter::{
-    Changed, Hello, PolicyEndpoint, PortDevice, PortKind, PortSpec, Route, RouteTarget,
-    VrouterRequest,
+    Changed, PolicyEndpoint, PortDevice, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
 };
 use brindle_policy::compile::{Change, Compiler, EndpointInfo};
 use brindle_policy::resource::parse_documents;
-use common::{Netns, Vrouter, drops, in_netns, tap_pod, tcp_ok, unique};
+use common::{Netns, drops, in_netns, serve, tap_pod, tcp_ok, unique};
 
 const POLICY: &str = r#"
 apiVersion: v1
@@ -77,22 +75,7 @@ fn two_tap_pods_flows_meet_one_table_whichever_queue_their_kernels_pick() -> Res
         .iter()
         .map(|(_, addr, mac)| tap_pod(addr, mac))
         .collect::<Result<Vec<_>>>()?;
-    let dir = tempfile::tempdir()?;
-    let socket = dir.path().join("vrouter.sock");
-    let args = [
-        "serve",
-        "--socket",
-        socket.to_str().context("path")?,
-        "--metrics",
-        "",
-        "--cores",
-        "0-1",
-    ];
-    let vrouter = Vrouter::start(&node, &args)?;
-    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
-    let _: Hello = c.call(&VrouterRequest::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
+    let (_dir, vrouter, mut c) = serve(&node, &["--metrics", "", "--cores", "0-1"])?;
     let names: Vec<String> = PODS.iter().map(|_| unique("tq")).collect();
     let mut ports = Vec::new();
     let mut routes = Vec::new();

@@ -18,12 +18,11 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use brindle_api::framing::{Client, PROTOCOL_VERSION};
+use anyhow::Result;
 use brindle_api::vrouter::{
-    Changed, Hello, PortDevice, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
+    Changed, PortDevice, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
 };
-use common::{Netns, Vrouter, in_netns, tap_pod, unique};
+use common::{Netns, in_netns, serve, tap_pod, unique};
 
 /// Pods on the node: enough that reading every queue each loop shows.
 const PODS: usize = 16;
@@ -120,20 +119,7 @@ fn frames_only_consumed_do_not_keep_the_workers_spinning() -> Result<()> {
     pod.exec(&["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
     pod.exec(&["sysctl", "-qw", "net.ipv6.conf.eth0.disable_ipv6=1"])?;
     let name = unique("tc");
-    let dir = tempfile::tempdir()?;
-    let socket = dir.path().join("vrouter.sock");
-    let args = [
-        "serve",
-        "--socket",
-        socket.to_str().context("path")?,
-        "--metrics",
-        METRICS,
-    ];
-    let vrouter = Vrouter::start(&node, &args)?;
-    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
-    let _: Hello = c.call(&VrouterRequest::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
+    let (_dir, vrouter, mut c) = serve(&node, &["--metrics", METRICS])?;
     let n: Changed = c.call(&VrouterRequest::AddPorts {
         ports: vec![PortSpec {
             name: name.clone(),
@@ -225,21 +211,7 @@ fn idle_tap_queues_are_not_read_and_a_first_ping_wakes_its_queue() -> Result<()>
             target: RouteTarget::Local { port: name.clone() },
         })
         .collect();
-    let dir = tempfile::tempdir()?;
-    let socket = dir.path().join("vrouter.sock");
-    let args = [
-        "serve",
-        "--socket",
-        socket.to_str().context("path")?,
-        "--metrics",
-        METRICS,
-    ];
-    let vrouter = Vrouter::start(&node, &args)?;
-    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
-    let hello: Hello = c.call(&VrouterRequest::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
-    assert_eq!(hello.version, PROTOCOL_VERSION);
+    let (_dir, vrouter, mut c) = serve(&node, &["--metrics", METRICS])?;
     let n: Changed = c.call(&VrouterRequest::AddPorts { ports })?;
     assert_eq!(n.changed, PODS as u64);
     let n: Changed = c.call(&VrouterRequest::AddRoutes { routes })?;

@@ -97,6 +97,30 @@ pub fn pod_with_queues(
     Ok(ns)
 }
 
+/// `brindle-vrouter serve` in `node` with its socket in a new temporary
+/// directory and `flags` after it, connected and greeted (its Hello's
+/// version is ours). Keep the directory as long as the daemon runs.
+pub fn serve(node: &Netns, flags: &[&str]) -> Result<(tempfile::TempDir, Vrouter, Client)> {
+    use brindle_api::framing::PROTOCOL_VERSION;
+    use brindle_api::vrouter::Hello;
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("vrouter.sock");
+    let mut args = vec!["serve", "--socket", socket.to_str().context("path")?];
+    args.extend_from_slice(flags);
+    let vrouter = Vrouter::start(node, &args)?;
+    let mut client = Client::connect(&socket, Duration::from_secs(10))?;
+    let hello: Hello = client.call(&VrouterRequest::Hello {
+        version: PROTOCOL_VERSION,
+    })?;
+    if hello.version != PROTOCOL_VERSION {
+        bail!(
+            "the vrouter speaks version {}, not {PROTOCOL_VERSION}",
+            hello.version
+        );
+    }
+    Ok((dir, vrouter, client))
+}
+
 /// The vrouter process: SIGTERM and reaped on drop, also when the test
 /// fails; `stop` returns its last line (the counters).
 pub struct Vrouter {
