@@ -610,8 +610,7 @@ fn sink(
         }
         if got > 0 {
             seen.fetch_add(got as u64, Ordering::Relaxed);
-        }
-        if got == 0 {
+        } else {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
