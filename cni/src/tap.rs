@@ -142,6 +142,8 @@ pub(crate) fn add(
     if let Some(mac) = crate::mac::requested_mac(req)? {
         link = crate::plugin::set_pod_mac(pod, &link, mac)?;
     }
+    pod.set_noqueue(link.index)
+        .map_err(nl("setting the pod TAP's qdisc"))?;
     let ips = pod_ips(&ipam);
     let gateways = configure_pod(pod, &link, &ips)?;
     let key = key_of(req);

@@ -159,6 +159,17 @@ fn tap_add_makes_a_persistent_multiqueue_tap_in_the_pod_and_nothing_on_the_host(
         eth0["flags"].as_array().unwrap().iter().any(|f| f == "UP"),
         "{eth0}"
     );
+    // Its root qdisc is noqueue, set before it came up: no mq with a
+    // pfifo_fast per transmit queue (256 of them on a multi-queue TAP).
+    let qdiscs = pod.exec(&["tc", "-j", "qdisc", "show", "dev", "eth0"])?;
+    let qdiscs: Value = serde_json::from_str(&qdiscs)?;
+    let kinds: Vec<&str> = qdiscs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|q| q["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["noqueue"], "{qdiscs}");
     let addrs = pod.ip_json(&["addr", "show", "dev", "eth0", "scope", "global"])?;
     let have: Vec<String> = addrs[0]["addr_info"]
         .as_array()
