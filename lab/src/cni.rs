@@ -16,7 +16,7 @@ use brindle_api::cni::NetConfList;
 use brindle_cni::conflist::{ConflistParams, render};
 use serde_json::{Map, Value, json};
 
-use crate::exec::{finish, in_ns, ip};
+use crate::exec::{add_netns, finish, spawn_in_netns};
 use crate::{LabConfig, STATE_DIR, node_dir, node_ns, state};
 
 /// How long one plugin may take before the lab kills it: the brindle
@@ -137,7 +137,7 @@ pub(crate) fn cni_add_list(
     k8s: (&str, &str),
     list: &NetConfList,
 ) -> Result<Pod> {
-    ip(&["netns", "add", name])?;
+    add_netns(name)?;
     let mut prev: Option<Value> = None;
     for i in 0..list.plugins.len() {
         let conf = list
@@ -212,23 +212,23 @@ pub(crate) fn exec_plugin(
             cni_bin_dir().display()
         );
     }
-    let mut child = in_ns(&node_ns(n), &binary)
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", pod)
-        .env("CNI_NETNS", format!("/var/run/netns/{pod}"))
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", cni_bin_dir())
-        .env(
-            "CNI_ARGS",
-            format!(
-                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
-                k8s.0, k8s.1
-            ),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
+    let mut child = spawn_in_netns(&node_ns(n), &binary, |c| {
+        c.env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", pod)
+            .env("CNI_NETNS", format!("/var/run/netns/{pod}"))
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", cni_bin_dir())
+            .env(
+                "CNI_ARGS",
+                format!(
+                    "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
+                    k8s.0, k8s.1
+                ),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+    })?;
     child
         .stdin
         .take()

@@ -104,7 +104,7 @@ impl fmt::Display for DensityReport {
         )?;
         writeln!(
             f,
-            "| CPU per ADD: the runtime side (netns, `ip netns exec`, every plugin), node 1's ctrl, vrouter, etcd; whole machine | {} |",
+            "| CPU per ADD: the runtime side (the lab's client, netns, every plugin), node 1's ctrl, vrouter, etcd; whole machine | {} |",
             self.add_cpu.per_pod(n)
         )?;
         writeln!(
@@ -476,8 +476,8 @@ fn machine_ticks() -> Result<u64> {
 }
 
 /// CPU ticks so far of the parts a pod's ADD or DEL runs in: the plugin
-/// chain (every plugin, its `ip netns exec` and the IPAM plugin it execs,
-/// counted once reaped by this process), node 1's ctrl and vrouter, etcd,
+/// chain (the lab's runtime-side client, every plugin and the IPAM plugin
+/// it execs, counted once reaped by this process), node 1's ctrl and vrouter, etcd,
 /// and the whole machine (the other helpers' builds included).
 #[derive(Debug, Clone, Copy, Default)]
 struct Cpu {

@@ -3,12 +3,19 @@
 //! never answers) is killed at its deadline and named in the error, so no
 //! lab step and no teardown can wait forever.
 
+use std::fs::File;
 use std::io::Read;
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use nix::mount::{MsFlags, mount};
+use nix::sched::{CloneFlags, setns, unshare};
+
+/// Where `ip netns` pins named network namespaces.
+const NETNS_DIR: &str = "/var/run/netns";
 
 /// The deadline of a command run with [`sh`]: generous, since the machine
 /// may be busy; it bounds a hang, it does not time anything.
@@ -92,12 +99,76 @@ pub(crate) fn ip(args: &[&str]) -> Result<String> {
 pub(crate) fn in_ns(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns]).arg(program);
+    without_brindle_env(&mut c);
+    c
+}
+
+fn without_brindle_env(c: &mut Command) {
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("BRINDLE_") {
             c.env_remove(key);
         }
     }
-    c
+}
+
+/// Makes the named network namespace `name` as `ip netns add` does, but
+/// without exec'ing `ip`, as a runtime pins a pod's namespace (containerd
+/// does it in-process too): a short-lived thread unshares its network
+/// namespace and bind-mounts it on `/var/run/netns/NAME`. The directory is
+/// the one `ip netns add` set up for the lab's nodes.
+pub(crate) fn add_netns(name: &str) -> Result<()> {
+    let path = Path::new(NETNS_DIR).join(name);
+    File::create_new(&path).with_context(|| format!("create {}", path.display()))?;
+    let pinned = thread::scope(|s| {
+        s.spawn(|| -> Result<()> {
+            unshare(CloneFlags::CLONE_NEWNET).context("unshare a network namespace")?;
+            mount(
+                Some("/proc/thread-self/ns/net"),
+                &path,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .with_context(|| format!("bind-mount it on {}", path.display()))
+        })
+        .join()
+        .unwrap_or_else(|_| bail!("the thread making {name} panicked"))
+    });
+    if pinned.is_err() {
+        let _ = std::fs::remove_file(&path);
+    }
+    pinned
+}
+
+/// Spawns `program` in the network namespace `ns` (one of
+/// `/var/run/netns`) as a process that lives there does: a short-lived
+/// thread enters the namespace and spawns, and the child inherits the
+/// thread's namespace. This is how a runtime on a node execs CNI plugins
+/// (libcni execs each one directly). `ip netns exec` would also unshare a
+/// mount namespace and mount a sysfs for every plugin: a copy of a mount
+/// table that holds one bind mount per pod namespace, which no runtime
+/// pays and which made 110 parallel ADDs cost the lab more than the chain.
+/// The child sees the host's `/sys`; the plugins read `/proc/sys`, which
+/// follows the network namespace, and netlink.
+pub(crate) fn spawn_in_netns(
+    ns: &str,
+    program: &Path,
+    setup: impl FnOnce(&mut Command),
+) -> Result<Child> {
+    let netns = File::open(Path::new(NETNS_DIR).join(ns))
+        .with_context(|| format!("network namespace {ns}"))?;
+    let mut cmd = Command::new(program);
+    without_brindle_env(&mut cmd);
+    setup(&mut cmd);
+    thread::scope(|s| {
+        s.spawn(|| -> Result<Child> {
+            setns(&netns, CloneFlags::CLONE_NEWNET).with_context(|| format!("enter {ns}"))?;
+            cmd.spawn()
+                .with_context(|| format!("could not start {}", program.display()))
+        })
+        .join()
+        .unwrap_or_else(|_| bail!("the thread spawning {} in {ns} panicked", program.display()))
+    })
 }
 
 /// Whether `cmd` exits with success within `timeout` (output discarded).
