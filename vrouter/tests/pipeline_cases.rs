@@ -557,7 +557,7 @@ mod xdp {
     use brindle_testkit::netns::Netns;
     use brindle_vrouter::demo::Node;
     use brindle_vrouter::frame::{Port, PortId};
-    use brindle_vrouter::port::xdp::{LinkInfo, XdpPort, XdpPortConfig, umem_arena};
+    use brindle_vrouter::port::xdp::{FillSizing, LinkInfo, XdpPort, XdpPortConfig, umem_arena};
     use brindle_xsk::{
         Desc, PacketConfig, PacketSocket, Role, Steering, SteeringConfig, Umem, UmemConfig,
     };
@@ -709,7 +709,17 @@ mod xdp {
             // The previous case's sockets on this queue are closed, but the
             // kernel clears the queue's pool in deferred work: a bind can
             // meet it still there (EBUSY) for a moment.
-            let open = || XdpPort::open(&handle, &steering, ifname, Role::All, link, &config);
+            let open = || {
+                XdpPort::open(
+                    &handle,
+                    &steering,
+                    ifname,
+                    Role::All,
+                    FillSizing::Uplink,
+                    link,
+                    &config,
+                )
+            };
             let mut opened = open();
             for _ in 0..100 {
                 match &opened {

@@ -140,7 +140,7 @@ impl Effects for Dataplane {
         first: usize,
         endpoint: &Endpoint,
     ) -> Result<(Vec<usize>, Backend), EngineError> {
-        let (parts, backend) = self.open_port(name, role, link, first)?;
+        let (parts, backend) = self.open_port(name, role, endpoint.kind, link, first)?;
         let owners = self.install_port(id, name, link, parts, endpoint)?;
         Ok((owners, backend))
     }

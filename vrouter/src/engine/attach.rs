@@ -73,7 +73,8 @@ impl Dataplane {
         let mut endpoint = port.endpoint.clone();
         match &port.device {
             AttachDevice::Xdp { role, link } => {
-                let (parts, backend) = self.open_port(&port.name, *role, *link, port.first)?;
+                let (parts, backend) =
+                    self.open_port(&port.name, *role, endpoint.kind, *link, port.first)?;
                 Ok(Opened {
                     parts,
                     backend,

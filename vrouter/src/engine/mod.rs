@@ -19,14 +19,14 @@ use brindle_xsk::{
 };
 use serde::Deserialize;
 
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, PortKind};
 use crate::fib::Fib;
 use crate::frame::{Port, PortId};
 use crate::pipeline::PipelineConfig;
 use crate::policy::PolicyCell;
 use crate::port::handoff::FrameHomes;
 use crate::port::packet::PacketPort;
-use crate::port::xdp::{LinkInfo, XdpPort, XdpPortConfig, uplink_fill_budget};
+use crate::port::xdp::{FillSizing, LinkInfo, XdpPort, XdpPortConfig, uplink_fill_budget};
 pub use attach::{AttachDevice, Attached, PortAttach};
 pub use worker_thread::{
     Arenas, BATCH_BUCKETS, Polling, WorkerCmd, WorkerHandle, WorkerSnapshot, poll_loop, spawn_all,
@@ -282,12 +282,14 @@ impl Dataplane {
 
     /// Opens `name` and splits it over the workers: an AF_XDP port's
     /// queues spread from worker `first`; an AF_PACKET port (asked for, or
-    /// the fallback with `io = auto`) goes whole to `first`. Returns the
-    /// parts by worker and the socket kind.
+    /// the fallback with `io = auto`) goes whole to `first`. A pod
+    /// (`kind`) gets a pod's fill rings whatever its steering `role`.
+    /// Returns the parts by worker and the socket kind.
     pub fn open_port(
         &self,
         name: &str,
         role: Role,
+        kind: PortKind,
         link: LinkInfo,
         first: usize,
     ) -> Result<(PortParts, Backend), EngineError> {
@@ -307,7 +309,12 @@ impl Dataplane {
         match (&self.umem, &self.steering, self.io) {
             (_, _, IoMode::Packet) => packet(None),
             (Some(umem), Some(steering), io) => {
-                match XdpPort::open(umem, steering, name, role, link, &self.xdp) {
+                let fill = if kind == PortKind::Pod {
+                    FillSizing::Pod
+                } else {
+                    FillSizing::Uplink
+                };
+                match XdpPort::open(umem, steering, name, role, fill, link, &self.xdp) {
                     Ok(p) => {
                         let parts = p
                             .split(self.workers.len(), first)

@@ -205,6 +205,22 @@ fn prepare_busy_poll(ifname: &str) -> Option<NapiSettings> {
     }
 }
 
+/// How an [`XdpPort`]'s fill ring is sized: a pod's starts small and stays
+/// within a pod's budget (a worker's UMEM is shared by up to a hundred
+/// pods), an uplink's (or appliance's) starts large. This follows the
+/// port's kind, not its steering [`Role`]: with a host port a veth pod's
+/// program sends the vrouter every frame (`Role::All`, as an appliance),
+/// and that pod is still one of many. Sized as an uplink, 16 such pods
+/// took a worker's 4,096 frames and every later pod lost its frames
+/// (`fill_ring_empty`; the lab's 110 veth pods: 97 of 110 lossy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillSizing {
+    /// [`XdpPortConfig::pod_fill_start`] and `pod_fill_budget`.
+    Pod,
+    /// [`XdpPortConfig::fill_start`] and `fill_budget`.
+    Uplink,
+}
+
 /// How to open an [`XdpPort`].
 #[derive(Clone, Copy, Debug)]
 pub struct XdpPortConfig {
@@ -283,12 +299,13 @@ pub fn rx_queue_count(ifname: &str) -> u32 {
 impl XdpPort {
     /// Binds one socket per receive queue of `ifname` (up to
     /// `max_queues`) over `umem`, attaches the steering program for `role`
-    /// and puts each socket in its map.
+    /// and puts each socket in its map; its fill rings sized by `fill`.
     pub fn open(
         umem: &UmemHandle,
         steering: &Steering,
         ifname: &str,
         role: Role,
+        fill: FillSizing,
         link: LinkInfo,
         config: &XdpPortConfig,
     ) -> brindle_xsk::Result<XdpPort> {
@@ -339,9 +356,9 @@ impl XdpPort {
             busy_poll = socket_config.busy_poll.is_some(),
             "AF_XDP port open"
         );
-        let (budget, start) = match role {
-            Role::Pod => (config.pod_fill_budget, config.pod_fill_start),
-            Role::Uplink | Role::All => (config.fill_budget, config.fill_start),
+        let (budget, start) = match fill {
+            FillSizing::Pod => (config.pod_fill_budget, config.pod_fill_start),
+            FillSizing::Uplink => (config.fill_budget, config.fill_start),
         };
         let per_queue = (budget.min(config.socket.fill_size) / count).max(32);
         let start = (start / count).clamp(8, per_queue);
