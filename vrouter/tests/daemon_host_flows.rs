@@ -39,7 +39,7 @@ use brindle_api::vrouter::{
 use brindle_policy::compile::{Change, Compiler, EndpointInfo};
 use brindle_policy::resource::parse_documents;
 use common::peer::{self, metric_sum, metrics, vxlan_peer};
-use common::{Netns, drops, pod, serve, tap_pod, tcp_ok, tcp_through, unique};
+use common::{Netns, drops, pod, route_via_brindle0, serve, tap_pod, tcp_ok, tcp_through, unique};
 
 const POLICY: &str = r#"
 apiVersion: v1
@@ -188,16 +188,7 @@ fn a_pods_flows_through_the_host_port_meet_one_table_whichever_queue_reads_them(
     node.exec(&["sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"])?;
     node.exec(&["sysctl", "-qw", "net.ipv4.conf.brindle0.rp_filter=0"])?;
     for block in [peer::BLOCK, peer::REMOTE_BLOCK] {
-        node.ip(&[
-            "route",
-            "add",
-            block,
-            "via",
-            "169.254.1.1",
-            "dev",
-            "brindle0",
-            "onlink",
-        ])?;
+        route_via_brindle0(&node, block)?;
     }
     node.exec(&[
         "nft",

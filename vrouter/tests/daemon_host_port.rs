@@ -14,14 +14,12 @@
 
 mod common;
 
-use std::time::Duration;
-
 use anyhow::{Context, Result};
-use brindle_api::framing::{Client, PROTOCOL_VERSION};
+use brindle_api::framing::Client;
 use brindle_api::vrouter::{
-    Changed, Hello, PortDevice, PortKind, PortSpec, PortStatus, Route, RouteTarget, VrouterRequest,
+    Changed, PortDevice, PortKind, PortSpec, PortStatus, Route, RouteTarget, VrouterRequest,
 };
-use common::{Netns, Vrouter, pod, tcp_exchange, tcp_through, unique};
+use common::{Netns, pod, route_via_brindle0, serve, tcp_exchange, tcp_through, unique};
 
 fn port(name: &str, kind: PortKind, addr: Option<&str>, mac: Option<&str>) -> PortSpec {
     PortSpec {
@@ -32,6 +30,19 @@ fn port(name: &str, kind: PortKind, addr: Option<&str>, mac: Option<&str>) -> Po
         endpoint: None,
         device: Default::default(),
         workload: None,
+    }
+}
+
+/// The host port: the persistent TAP `brindle0` on the node, `queues`
+/// queues (created by the vrouter when missing).
+fn brindle0(queues: u16) -> PortSpec {
+    PortSpec {
+        device: PortDevice::Tap {
+            netns: None,
+            ifname: "brindle0".into(),
+            queues,
+        },
+        ..port("brindle0", PortKind::Host, None, None)
     }
 }
 
@@ -72,36 +83,13 @@ fn the_host_port_carries_host_to_pod_pod_to_outside_and_a_dnat_both_ways() -> Re
     outside.ip(&["route", "add", "10.68.0.0/24", "via", "203.0.113.1"])?;
     node.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
 
-    let dir = tempfile::tempdir()?;
-    let socket = dir.path().join("vrouter.sock");
     // Two workers: the pods sit on different ones (asserted below), so the
     // DNATed packet and its reply cross workers by hand-off.
-    let vrouter = Vrouter::start(
-        &node,
-        &[
-            "serve",
-            "--socket",
-            socket.to_str().context("path")?,
-            "--metrics",
-            "",
-            "--cores",
-            "0-1",
-        ],
-    )?;
-    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
-    let _: Hello = c.call(&VrouterRequest::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
-    let mut host = port("brindle0", PortKind::Host, None, None);
-    host.device = PortDevice::Tap {
-        netns: None,
-        ifname: "brindle0".into(),
-        queues: 2,
-    };
+    let (_dir, vrouter, mut c) = serve(&node, &["--metrics", "", "--cores", "0-1"])?;
     let ports = vec![
         port(&ha, PortKind::Pod, Some("10.68.0.2"), Some(mac_a)),
         port(&hb, PortKind::Pod, Some("10.68.0.3"), Some(mac_b)),
-        host,
+        brindle0(2),
     ];
     let changed: Changed = c.call(&VrouterRequest::AddPorts { ports })?;
     assert_eq!(changed.changed, 3);
@@ -123,16 +111,7 @@ fn the_host_port_carries_host_to_pod_pod_to_outside_and_a_dnat_both_ways() -> Re
     // The kernel's side (ctrl's, helper hostk): brindle0 up, the block
     // into it via the pods' gateway.
     node.ip(&["link", "set", "brindle0", "up"])?;
-    node.ip(&[
-        "route",
-        "add",
-        "10.68.0.0/24",
-        "via",
-        "169.254.1.1",
-        "dev",
-        "brindle0",
-        "onlink",
-    ])?;
+    route_via_brindle0(&node, "10.68.0.0/24")?;
 
     // Host → pod: ping and TCP (a kubelet probe, a host process).
     let out = node.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.68.0.2"])?;
@@ -231,46 +210,14 @@ fn twenty_four_veth_pods_behind_a_host_port_on_one_worker_each_answer_the_first_
     routes.push(route("0.0.0.0/0", RouteTarget::Host));
     node.ip(&["addr", "add", "192.0.2.1/32", "dev", "lo"])?;
     node.ip(&["link", "set", "lo", "up"])?;
-    let dir = tempfile::tempdir()?;
-    let socket = dir.path().join("vrouter.sock");
-    let _vrouter = Vrouter::start(
-        &node,
-        &[
-            "serve",
-            "--socket",
-            socket.to_str().context("path")?,
-            "--metrics",
-            "",
-            "--cores",
-            "0",
-        ],
-    )?;
-    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
-    let _: Hello = c.call(&VrouterRequest::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
-    let mut host = port("brindle0", PortKind::Host, None, None);
-    host.device = PortDevice::Tap {
-        netns: None,
-        ifname: "brindle0".into(),
-        queues: 1,
-    };
-    ports.push(host);
+    let (_dir, _vrouter, mut c) = serve(&node, &["--metrics", "", "--cores", "0"])?;
+    ports.push(brindle0(1));
     let changed: Changed = c.call(&VrouterRequest::AddPorts { ports })?;
     assert_eq!(changed.changed, u64::from(PODS) + 1);
     let changed: Changed = c.call(&VrouterRequest::AddRoutes { routes })?;
     assert_eq!(changed.changed, u64::from(PODS) + 1);
     node.ip(&["link", "set", "brindle0", "up"])?;
-    node.ip(&[
-        "route",
-        "add",
-        "10.68.1.0/24",
-        "via",
-        "169.254.1.1",
-        "dev",
-        "brindle0",
-        "onlink",
-    ])?;
+    route_via_brindle0(&node, "10.68.1.0/24")?;
     let silent: Vec<String> = (0..PODS)
         .map(|i| format!("10.68.1.{}", i + 2))
         .filter(|addr| {

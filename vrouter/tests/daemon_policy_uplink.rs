@@ -23,13 +23,11 @@ mod common;
 use std::net::SocketAddr;
 
 use anyhow::Result;
-use brindle_api::vrouter::{
-    Changed, PolicyEndpoint, PortDevice, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
-};
+use brindle_api::vrouter::{Changed, PolicyEndpoint, PortSpec, Route, RouteTarget, VrouterRequest};
 use brindle_policy::compile::{Change, Compiler, EndpointInfo};
 use brindle_policy::resource::parse_documents;
 use common::peer::{metric_sum as sum, metrics, vxlan_peer};
-use common::{Netns, drops, serve, tap_pod, tcp_ok, unique};
+use common::{Netns, drops, serve, tap_pod, tap_port, tcp_ok, unique};
 
 const POLICY: &str = r#"
 apiVersion: v1
@@ -82,17 +80,8 @@ fn a_tap_pods_flows_with_the_uplink_meet_one_table_when_replies_reach_the_other_
     let (_dir, vrouter, mut c) = serve(&node, &["--metrics", METRICS])?;
     underlay.serve(&node, &mut c)?;
     let tap = PortSpec {
-        name: pp.clone(),
-        kind: PortKind::Pod,
-        addresses: vec!["10.66.6.2".parse()?],
-        peer_mac: None,
-        endpoint: None,
-        device: PortDevice::Tap {
-            netns: Some(pod.path()),
-            ifname: "eth0".into(),
-            queues: 1,
-        },
         workload: Some(PolicyEndpoint::new("demo", "t")),
+        ..tap_port(&pp, &pod, "10.66.6.2")
     };
     let _: Changed = c.call(&VrouterRequest::AddPorts { ports: vec![tap] })?;
     let _: Changed = c.call(&VrouterRequest::AddRoutes {

@@ -19,10 +19,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use brindle_api::framing::{Client, PROTOCOL_VERSION};
 use brindle_api::vrouter::{
-    Changed, Hello, PortDevice, PortKind, PortSpec, PortStatus, Route, RouteTarget, VrouterRequest,
+    Changed, Hello, PortKind, PortSpec, PortStatus, Route, RouteTarget, VrouterRequest,
 };
 use brindle_xsk::{Tap, TapConfig};
-use common::{Netns, Vrouter, in_netns, serve, unique};
+use common::{Netns, Vrouter, in_netns, serve, tap_port, unique};
 
 /// A TAP pod: `eth0` a persistent TAP made in the pod's namespace (no queue
 /// of ours left open), its /32, the routes via 169.254.1.1.
@@ -57,22 +57,6 @@ fn tap_pod(addr: &str, mac: &str) -> Result<Netns> {
         "onlink",
     ])?;
     Ok(ns)
-}
-
-fn tap_port(name: &str, ns: &Netns, addr: &str) -> PortSpec {
-    PortSpec {
-        name: name.to_owned(),
-        kind: PortKind::Pod,
-        addresses: vec![addr.parse().unwrap()],
-        peer_mac: None,
-        endpoint: None,
-        device: PortDevice::Tap {
-            netns: Some(ns.path()),
-            ifname: "eth0".into(),
-            queues: 1,
-        },
-        workload: None,
-    }
 }
 
 fn local(prefix: &str, port: &str) -> Route {

@@ -19,10 +19,8 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use anyhow::Result;
-use brindle_api::vrouter::{
-    Changed, PortDevice, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
-};
-use common::{Netns, in_netns, serve, tap_pod, unique};
+use brindle_api::vrouter::{Changed, PortSpec, Route, RouteTarget, VrouterRequest};
+use common::{Netns, in_netns, serve, tap_pod, tap_port, unique};
 
 /// Pods on the node: enough that reading every queue each loop shows.
 const PODS: usize = 16;
@@ -121,19 +119,7 @@ fn frames_only_consumed_do_not_keep_the_workers_spinning() -> Result<()> {
     let name = unique("tc");
     let (_dir, vrouter, mut c) = serve(&node, &["--metrics", METRICS])?;
     let n: Changed = c.call(&VrouterRequest::AddPorts {
-        ports: vec![PortSpec {
-            name: name.clone(),
-            kind: PortKind::Pod,
-            addresses: vec!["10.66.10.2".parse().unwrap()],
-            peer_mac: None,
-            endpoint: None,
-            device: PortDevice::Tap {
-                netns: Some(pod.path()),
-                ifname: "eth0".into(),
-                queues: 1,
-            },
-            workload: None,
-        }],
+        ports: vec![tap_port(&name, &pod, "10.66.10.2")],
     })?;
     assert_eq!(n.changed, 1);
     // The workers settle into blocking (64 sleeps, ~60 ms, after the
@@ -189,19 +175,7 @@ fn idle_tap_queues_are_not_read_and_a_first_ping_wakes_its_queue() -> Result<()>
         .iter()
         .zip(&pods)
         .enumerate()
-        .map(|(i, (name, pod))| PortSpec {
-            name: name.clone(),
-            kind: PortKind::Pod,
-            addresses: vec![addr(i).parse().unwrap()],
-            peer_mac: None,
-            endpoint: None,
-            device: PortDevice::Tap {
-                netns: Some(pod.path()),
-                ifname: "eth0".into(),
-                queues: 1,
-            },
-            workload: None,
-        })
+        .map(|(i, (name, pod))| tap_port(name, pod, &addr(i)))
         .collect();
     let routes: Vec<Route> = names
         .iter()

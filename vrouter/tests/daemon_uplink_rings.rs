@@ -18,12 +18,10 @@ use std::net::{TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use brindle_api::framing::{Client, PROTOCOL_VERSION};
 use brindle_api::vrouter::{
-    Changed, Hello, NodeConfig, PortDevice, PortKind, PortSpec, Route, RouteTarget, VrouterRequest,
-    VxlanConfig,
+    Changed, NodeConfig, PortKind, PortSpec, Route, RouteTarget, VrouterRequest, VxlanConfig,
 };
-use common::{Netns, Vrouter, in_netns, run, tap_pod, unique};
+use common::{Netns, in_netns, run, serve, tap_pod, tap_port, unique};
 
 const METRICS: &str = "127.0.0.1:9092";
 
@@ -101,22 +99,7 @@ fn a_burst_that_empties_the_uplinks_fill_ring_grows_it_and_the_next_one_is_not_l
     let pod = tap_pod("10.68.5.2", "02:b6:00:00:05:02")?;
     let pp = unique("tp");
 
-    let dir = tempfile::tempdir()?;
-    let socket = dir.path().join("vrouter.sock");
-    let vrouter = Vrouter::start(
-        &node,
-        &[
-            "serve",
-            "--socket",
-            socket.to_str().context("path")?,
-            "--metrics",
-            METRICS,
-        ],
-    )?;
-    let mut c = Client::connect(&socket, Duration::from_secs(10))?;
-    let _: Hello = c.call(&VrouterRequest::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
+    let (_dir, vrouter, mut c) = serve(&node, &["--metrics", METRICS])?;
     let _: Changed = c.call(&VrouterRequest::SetNode {
         node: NodeConfig {
             address_v4: Some("192.168.83.1".parse()?),
@@ -136,19 +119,7 @@ fn a_burst_that_empties_the_uplinks_fill_ring_grows_it_and_the_next_one_is_not_l
         device: Default::default(),
         workload: None,
     };
-    let tap = PortSpec {
-        name: pp.clone(),
-        kind: PortKind::Pod,
-        addresses: vec!["10.68.5.2".parse()?],
-        peer_mac: None,
-        endpoint: None,
-        device: PortDevice::Tap {
-            netns: Some(pod.path()),
-            ifname: "eth0".into(),
-            queues: 1,
-        },
-        workload: None,
-    };
+    let tap = tap_port(&pp, &pod, "10.68.5.2");
     let _: Changed = c.call(&VrouterRequest::AddPorts {
         ports: vec![uplink, tap],
     })?;

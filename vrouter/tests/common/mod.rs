@@ -97,6 +97,40 @@ pub fn pod_with_queues(
     Ok(ns)
 }
 
+/// A TAP pod port: the pod's `eth0` in `ns`, one queue, address `addr`.
+pub fn tap_port(name: &str, ns: &Netns, addr: &str) -> brindle_api::vrouter::PortSpec {
+    use brindle_api::vrouter::{PortDevice, PortKind, PortSpec};
+    PortSpec {
+        name: name.to_owned(),
+        kind: PortKind::Pod,
+        addresses: vec![addr.parse().unwrap()],
+        peer_mac: None,
+        endpoint: None,
+        device: PortDevice::Tap {
+            netns: Some(ns.path()),
+            ifname: "eth0".into(),
+            queues: 1,
+        },
+        workload: None,
+    }
+}
+
+/// The node kernel's route of a pods' `block` into the host port, as
+/// ctrl makes it: via the pods' gateway 169.254.1.1, onlink on `brindle0`.
+pub fn route_via_brindle0(node: &Netns, block: &str) -> Result<()> {
+    node.ip(&[
+        "route",
+        "add",
+        block,
+        "via",
+        "169.254.1.1",
+        "dev",
+        "brindle0",
+        "onlink",
+    ])?;
+    Ok(())
+}
+
 /// `brindle-vrouter serve` in `node` with its socket in a new temporary
 /// directory and `flags` after it, connected and greeted (its Hello's
 /// version is ours). Keep the directory as long as the daemon runs.
