@@ -280,8 +280,8 @@ impl Netlink {
     /// bringing it up then attaches no default qdisc. A multi-queue TAP
     /// has 256 transmit queues, and its default `mq` makes a `pfifo_fast`
     /// with three rings of `txqueuelen` for each of them under the RTNL
-    /// lock: half the CPU of 110 parallel TAP ADDs went there, and into
-    /// other ADDs spinning on that lock. The TAP never asks its qdisc to
+    /// lock: about a third of the machine's CPU in 110 parallel TAP ADDs
+    /// went there and into other ADDs spinning on that lock. The TAP never asks its qdisc to
     /// queue (a full queue drops in the driver), so `noqueue` loses
     /// nothing, as on a veth.
     pub fn set_noqueue(&mut self, index: u32) -> Result<(), NetlinkError> {
